@@ -1,0 +1,121 @@
+"""The backend interface: one method per collective over a CollectiveArgs, plus complete() and barrier()."""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+TensorOrList = torch.Tensor | list[torch.Tensor] | None
+
+
+@dataclass
+class CollectiveArgs:
+    """Everything one collective call needs.
+
+    ``root`` is a rank within ``group``; ``peer`` too (point-to-point). When ``async_op`` is set each
+    call appends its work handle to ``wait_list`` and ``Backend.complete`` waits on them all.
+    """
+
+    input: TensorOrList
+    output: TensorOrList
+    group: Any = None
+    async_op: bool = False
+    wait_list: list[Any] = field(default_factory=list)
+    op: str = "sum"
+    root: int = 0
+    peer: int | None = None
+    input_splits: list[int] | None = None
+    output_splits: list[int] | None = None
+
+
+class Backend(ABC):
+    """One method per collective. Each issues the call described by ``args`` and returns nothing."""
+
+    name: str
+    device: torch.device
+
+    # --- the measured collectives -------------------------------------------------------------
+    @abstractmethod
+    def all_reduce(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def reduce_scatter(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def reduce_scatter_base(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def all_gather(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def all_gather_base(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def all_to_all(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def all_to_all_single(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def broadcast(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def reduce(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def gather(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def scatter(self, args: CollectiveArgs) -> None: ...
+
+    @abstractmethod
+    def barrier_op(self, args: CollectiveArgs) -> None:
+        """The barrier as a measured collective (``barrier()`` below is the control barrier)."""
+
+    @abstractmethod
+    def send_recv(self, args: CollectiveArgs) -> None:
+        """Send ``input`` to ``peer`` and receive ``output`` from it, both at once."""
+
+    # --- completion and control -------------------------------------------------------------
+    @abstractmethod
+    def wait(self, args: CollectiveArgs) -> None:
+        """Wait for every handle on the wait list and empty it; the device may still be busy."""
+
+    def complete(self, args: CollectiveArgs) -> None:
+        """Wait for every handle on the wait list, empty it, then synchronise the device."""
+        self.wait(args)
+        self.sync_device()
+
+    @abstractmethod
+    def barrier(self, group: Any = None) -> None:
+        """A control barrier that returns once every rank of ``group`` has reached it."""
+
+    @abstractmethod
+    def sync_device(self) -> None: ...
+
+    @abstractmethod
+    def all_gather_floats(self, values: list[float], group: Any = None) -> list[list[float]]:
+        """Every rank's list of floats (all lists the same length), indexed by rank."""
+
+    @abstractmethod
+    def all_gather_object(self, obj: Any, group: Any = None) -> list[Any]: ...
+
+    @abstractmethod
+    def broadcast_object(self, obj: Any, root: int = 0, group: Any = None) -> Any: ...
+
+    @property
+    @abstractmethod
+    def rank(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def world_size(self) -> int: ...
+
+    def versions(self) -> dict[str, str]:
+        """Library versions worth recording with results (NCCL, ...)."""
+        return {}
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Release the process group."""

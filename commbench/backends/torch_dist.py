@@ -1,0 +1,225 @@
+"""The torch.distributed backend: the names users type mapped onto the APIs this torch has.
+
+The flat reduce-scatter and all-gather moved names across releases (``_reduce_scatter_base`` became
+``reduce_scatter_tensor``, then ``reduce_scatter_single``); the newest one present is chosen once, at
+start-up, so the timed loop pays no lookup and no deprecation warning.
+"""
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from commbench.backends.base import Backend, CollectiveArgs
+
+_REDUCE_OPS = {
+    "sum": "SUM",
+    "avg": "AVG",
+    "min": "MIN",
+    "max": "MAX",
+    "prod": "PRODUCT",
+}
+
+
+def _first_present(*names: str) -> Callable | None:
+    for name in names:
+        fn = getattr(dist, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def reduce_op(name: str, premul_factor: float = 1.0) -> Any:
+    """The torch ReduceOp for an op name; premul_sum needs NCCL's pre-multiplied sum."""
+    if name == "premul_sum":
+        make = getattr(dist, "_make_nccl_premul_sum", None)
+        if make is None:
+            raise ValueError(f"premul_sum is not available in torch {torch.__version__}")
+        return make(premul_factor)
+    member = _REDUCE_OPS.get(name)
+    if member is None or not hasattr(dist.ReduceOp, member):
+        raise ValueError(f"reduce op {name!r} is not available in torch {torch.__version__}")
+    return getattr(dist.ReduceOp, member)
+
+
+class TorchDistBackend(Backend):
+    """Collectives through torch.distributed on an already-initialised default process group."""
+
+    def __init__(self, name: str, device: torch.device) -> None:
+        self.name = name
+        self.device = device
+        self._is_cuda = device.type == "cuda"
+        self._reduce_scatter_flat = _first_present(
+            "reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
+        self._all_gather_flat = _first_present(
+            "all_gather_single", "all_gather_into_tensor", "_all_gather_base")
+        self._ops: dict[str, Any] = {}
+
+    # --- set-up -----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, device: torch.device, rank: int, world_size: int,
+               master_addr: str, master_port: int, timeout_s: float) -> "TorchDistBackend":
+        """Initialise the default process group over TCP rendezvous and return the backend."""
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        options: dict[str, Any] = {}
+        if device.type == "cuda" and name == "nccl":
+            options["device_id"] = device  # eager NCCL init: failures surface here, not mid-sweep
+        dist.init_process_group(
+            backend=name,
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+            **options,
+        )
+        return cls(name, device)
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size()
+
+    def versions(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        if self.name == "nccl" and torch.cuda.is_available():
+            version = torch.cuda.nccl.version()
+            found["nccl"] = ".".join(str(part) for part in version) if isinstance(version, tuple) \
+                else str(version)
+        if torch.version.cuda:
+            found["cuda"] = torch.version.cuda
+        return found
+
+    # --- helpers ------------------------------------------------------------------------------
+    def _op(self, name: str) -> Any:
+        found = self._ops.get(name)
+        if found is None:
+            found = self._ops[name] = reduce_op(name)
+        return found
+
+    @staticmethod
+    def _global_rank(group: Any, group_rank: int) -> int:
+        return group_rank if group is None else dist.get_global_rank(group, group_rank)
+
+    @staticmethod
+    def _keep(args: CollectiveArgs, work: Any) -> None:
+        if args.async_op:
+            args.wait_list.append(work)
+
+    @staticmethod
+    def _group_size(group: Any) -> int:
+        return dist.get_world_size(group)
+
+    # --- collectives --------------------------------------------------------------------------
+    def all_reduce(self, args: CollectiveArgs) -> None:
+        self._keep(args, dist.all_reduce(args.output, self._op(args.op), args.group, args.async_op))
+
+    def reduce_scatter(self, args: CollectiveArgs) -> None:
+        self._keep(args, dist.reduce_scatter(args.output, args.input, self._op(args.op), args.group,
+                                             args.async_op))
+
+    def reduce_scatter_base(self, args: CollectiveArgs) -> None:
+        if self._reduce_scatter_flat is not None:
+            work = self._reduce_scatter_flat(args.output, args.input, self._op(args.op), args.group,
+                                             args.async_op)
+        else:  # torch without a flat reduce-scatter: the list form over views of the input
+            chunks = list(args.input.chunk(self._group_size(args.group)))
+            work = dist.reduce_scatter(args.output, chunks, self._op(args.op), args.group, args.async_op)
+        self._keep(args, work)
+
+    def all_gather(self, args: CollectiveArgs) -> None:
+        self._keep(args, dist.all_gather(args.output, args.input, args.group, args.async_op))
+
+    def all_gather_base(self, args: CollectiveArgs) -> None:
+        if self._all_gather_flat is not None:
+            work = self._all_gather_flat(args.output, args.input, args.group, args.async_op)
+        else:  # the list form writing into views of the flat output
+            chunks = list(args.output.chunk(self._group_size(args.group)))
+            work = dist.all_gather(chunks, args.input, args.group, args.async_op)
+        self._keep(args, work)
+
+    def all_to_all(self, args: CollectiveArgs) -> None:
+        self._keep(args, dist.all_to_all(args.output, args.input, group=args.group,
+                                         async_op=args.async_op))
+
+    def all_to_all_single(self, args: CollectiveArgs) -> None:
+        self._keep(args, dist.all_to_all_single(args.output, args.input, args.output_splits,
+                                                args.input_splits, group=args.group,
+                                                async_op=args.async_op))
+
+    def broadcast(self, args: CollectiveArgs) -> None:
+        root = self._global_rank(args.group, args.root)
+        self._keep(args, dist.broadcast(args.output, root, args.group, args.async_op))
+
+    def reduce(self, args: CollectiveArgs) -> None:
+        root = self._global_rank(args.group, args.root)
+        self._keep(args, dist.reduce(args.output, root, self._op(args.op), args.group, args.async_op))
+
+    def gather(self, args: CollectiveArgs) -> None:
+        root = self._global_rank(args.group, args.root)
+        self._keep(args, dist.gather(args.input, args.output, root, args.group, args.async_op))
+
+    def scatter(self, args: CollectiveArgs) -> None:
+        root = self._global_rank(args.group, args.root)
+        self._keep(args, dist.scatter(args.output, args.input, root, args.group, args.async_op))
+
+    def barrier_op(self, args: CollectiveArgs) -> None:
+        self._keep(args, dist.barrier(args.group, args.async_op))
+
+    def send_recv(self, args: CollectiveArgs) -> None:
+        if args.peer is None:  # no partner at this world size: this rank sits the exchange out
+            return
+        peer = self._global_rank(args.group, args.peer)
+        works = dist.batch_isend_irecv([
+            dist.P2POp(dist.isend, args.input, peer, args.group),
+            dist.P2POp(dist.irecv, args.output, peer, args.group),
+        ])
+        if args.async_op:
+            args.wait_list.extend(works)
+        else:
+            for work in works:
+                work.wait()
+
+    # --- completion and control ---------------------------------------------------------------
+    def wait(self, args: CollectiveArgs) -> None:
+        if args.wait_list:
+            for work in args.wait_list:
+                work.wait()
+            args.wait_list.clear()
+
+    def sync_device(self) -> None:
+        if self._is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self, group: Any = None) -> None:
+        dist.barrier(group)
+        self.sync_device()
+
+    def all_gather_floats(self, values: list[float], group: Any = None) -> list[list[float]]:
+        world = dist.get_world_size(group)
+        local = torch.tensor(values, dtype=torch.float64, device=self.device)
+        gathered = torch.empty(world * len(values), dtype=torch.float64, device=self.device)
+        if self._all_gather_flat is not None:
+            self._all_gather_flat(gathered, local, group)
+        else:
+            dist.all_gather(list(gathered.chunk(world)), local, group)
+        return gathered.view(world, len(values)).cpu().tolist()
+
+    def all_gather_object(self, obj: Any, group: Any = None) -> list[Any]:
+        found: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(found, obj, group)
+        return found
+
+    def broadcast_object(self, obj: Any, root: int = 0, group: Any = None) -> Any:
+        holder = [obj]
+        dist.broadcast_object_list(holder, self._global_rank(group, root), group)
+        return holder[0]
