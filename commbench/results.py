@@ -1,0 +1,161 @@
+"""The result model (rows and run metadata) and its files.
+
+Rows are written as they are measured: the CSV is appended and flushed, the JSON rewritten atomically
+(temporary file, fsync, rename), so an interrupted or failed run keeps every row it finished and no
+reader ever sees a half-written JSON file.
+"""
+
+import csv
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from commbench.errors import UsageError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Row:
+    """One measured (collective, dtype, op, mode, size) point. Times in microseconds."""
+
+    collective: str
+    backend: str
+    device: str
+    world_size: int
+    dtype: str
+    mode: str
+    op: str  # reduce op, '' for collectives that do not reduce
+    size_bytes: int  # the size actually used (see README: size)
+    requested_bytes: int  # the size asked for, before rounding to whole elements per rank
+    count_per_rank: int
+    iters: int
+    warmup: int
+    time_us_p50: float
+    time_us_p95: float
+    time_us_min: float
+    time_us_max: float
+    time_us_mean: float
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    busbw_factor: float
+    samples_us: list[float] = field(default_factory=list)  # per iteration, max over ranks; JSON only
+
+    def key(self) -> tuple:
+        """What identifies the same measurement in another run."""
+        return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
+                self.backend)
+
+
+CSV_COLUMNS = [f.name for f in fields(Row) if f.name != "samples_us"]
+
+
+@dataclass
+class RunMeta:
+    run_id: str
+    started_at: str
+    command: list[str]
+    commbench_version: str
+    torch_version: str
+    python_version: str
+    backend: str
+    device: str
+    world_size: int
+    launcher: str
+    hostnames: list[str]
+    versions: dict[str, str]
+    env: dict[str, str]
+    config: dict[str, Any]
+    status: str = "running"  # running | complete | failed | interrupted
+    finished_at: str | None = None
+    error: str | None = None
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _clean(item) for key, item in value.items()}
+    return value
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump(_clean(payload), out, indent=1)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class ResultWriter:
+    """Writes a run's CSV and JSON as rows arrive."""
+
+    def __init__(self, meta: RunMeta, csv_path: Path, json_path: Path) -> None:
+        self.meta = meta
+        self.csv_path = csv_path
+        self.json_path = json_path
+        self.rows: list[Row] = []
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        self._csv.writeheader()
+        self._csv_file.flush()
+        self._write_json()
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        values = asdict(row)
+        self._csv.writerow({key: "" if value is None else value for key, value in values.items()})
+        self._csv_file.flush()
+        os.fsync(self._csv_file.fileno())
+        self._write_json()
+
+    def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
+        self.meta.status = status
+        self.meta.finished_at = finished_at
+        self.meta.error = error
+        self._write_json()
+        self._csv_file.close()
+
+    def _write_json(self) -> None:
+        write_json_atomic(self.json_path, {
+            "schema": SCHEMA_VERSION,
+            "meta": asdict(self.meta),
+            "rows": [asdict(row) for row in self.rows],
+        })
+
+
+@dataclass
+class SavedRun:
+    meta: dict[str, Any]
+    rows: list[Row]
+    path: Path
+
+
+def load_run(path: str | Path) -> SavedRun:
+    """Read a results.json written by commbench (any run, any machine)."""
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text())
+        known = {f.name for f in fields(Row)}
+        rows = [Row(**{key: value for key, value in raw.items() if key in known})
+                for raw in payload["rows"]]
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such results file") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: not a commbench results.json ({type(exc).__name__}: {exc})") from None
+    return SavedRun(meta=payload.get("meta", {}), rows=rows, path=path)

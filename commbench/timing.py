@@ -1,0 +1,107 @@
+"""Timers and the two timed loops.
+
+Sync mode: each op is issued and completed before the next; one sample per op.
+Async mode: a window of ops is issued with async_op=True, then every handle is waited on; one sample per
+window, the window's time divided by its ops. The clock stops only after the last handle has completed.
+
+Nothing inside a timed region allocates, fills or checks: buffers, events and sample slots exist before
+the first op is issued.
+"""
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from commbench.backends.base import Backend, CollectiveArgs
+
+
+class WallClockTimer:
+    """Host monotonic clock; the stop stamp is taken once the device is idle again."""
+
+    def __init__(self, backend: Backend, slots: int) -> None:
+        self._backend = backend
+        self._starts = [0] * slots
+        self._ends = [0] * slots
+
+    def start(self, slot: int) -> None:
+        self._starts[slot] = time.perf_counter_ns()
+
+    def finish(self, slot: int, args: CollectiveArgs) -> None:
+        self._backend.wait(args)
+        self._backend.sync_device()
+        self._ends[slot] = time.perf_counter_ns()
+
+    def seconds(self) -> list[float]:
+        return [(end - start) * 1e-9 for start, end in zip(self._starts, self._ends, strict=True)]
+
+
+class CudaEventTimer:
+    """CUDA events on the current stream: device time from the first issue to the last completion.
+
+    Waiting on a handle makes the current stream wait for the collective's stream, so the stop event,
+    recorded after the waits and before the host synchronises, marks the collective's end on the device.
+    """
+
+    def __init__(self, backend: Backend, slots: int) -> None:
+        self._backend = backend
+        self._starts = [torch.cuda.Event(enable_timing=True) for _ in range(slots)]
+        self._ends = [torch.cuda.Event(enable_timing=True) for _ in range(slots)]
+
+    def start(self, slot: int) -> None:
+        self._starts[slot].record()
+
+    def finish(self, slot: int, args: CollectiveArgs) -> None:
+        self._backend.wait(args)
+        self._ends[slot].record()
+        self._backend.sync_device()
+
+    def seconds(self) -> list[float]:
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) * 1e-3 for start, end in zip(self._starts, self._ends, strict=True)]
+
+
+Timer = WallClockTimer | CudaEventTimer
+
+
+def make_timer(backend: Backend, slots: int) -> Timer:
+    if backend.device.type == "cuda":
+        return CudaEventTimer(backend, slots)
+    return WallClockTimer(backend, slots)
+
+
+def warm_up(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
+            count: int) -> None:
+    for _ in range(count):
+        call(args)
+    backend.complete(args)
+
+
+def time_sync(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
+              iters: int) -> list[float]:
+    """Per-op seconds on this rank, each op completed before the next is issued."""
+    args.async_op = False
+    timer = make_timer(backend, iters)
+    backend.barrier()
+    for slot in range(iters):
+        timer.start(slot)
+        call(args)
+        timer.finish(slot, args)
+    return timer.seconds()
+
+
+def time_async(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
+               iters: int) -> list[float]:
+    """Seconds per op over one window of ``iters`` ops in flight together, on this rank."""
+    args.async_op = True
+    timer = make_timer(backend, 1)
+    backend.barrier()
+    timer.start(0)
+    for _ in range(iters):
+        call(args)
+    timer.finish(0, args)
+    args.async_op = False
+    return [seconds / iters for seconds in timer.seconds()]
+
+
+TIMED_LOOPS: dict[str, Callable[..., list[float]]] = {"sync": time_sync, "async": time_async}

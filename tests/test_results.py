@@ -1,0 +1,65 @@
+"""Rows reach disk as they are measured; the JSON is always whole."""
+
+import csv
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from commbench.results import ResultWriter, Row, RunMeta, load_run
+from commbench.stats import percentile, slowest_rank_per_iteration, summarize
+
+
+def _meta() -> RunMeta:
+    return RunMeta(run_id="r1", started_at="t0", command=["commbench"], commbench_version="0",
+                   torch_version="0", python_version="3", backend="gloo", device="cpu", world_size=2,
+                   launcher="local", hostnames=["a", "a"], versions={}, env={}, config={})
+
+
+def _row(size: int) -> Row:
+    return Row(collective="all_reduce", backend="gloo", device="cpu", world_size=2, dtype="float32",
+               mode="sync", op="sum", size_bytes=size, requested_bytes=size, count_per_rank=size // 4,
+               iters=2, warmup=0, time_us_p50=1.0, time_us_p95=2.0, time_us_min=0.5, time_us_max=2.0,
+               time_us_mean=1.25, algbw_gbps=None, busbw_gbps=None, busbw_factor=1.0,
+               samples_us=[0.5, float("nan")])
+
+
+def test_each_row_is_on_disk_before_the_next(tmp_path):
+    writer = ResultWriter(_meta(), tmp_path / "r.csv", tmp_path / "r.json")
+    for count, size in enumerate([1024, 2048], start=1):
+        writer.add(_row(size))
+        with open(tmp_path / "r.csv") as handle:
+            assert len(list(csv.DictReader(handle))) == count
+        payload = json.loads((tmp_path / "r.json").read_text())
+        assert len(payload["rows"]) == count and payload["meta"]["status"] == "running"
+    assert list(tmp_path.glob(".*.tmp")) == []  # no temporary file left behind
+    writer.finish("complete", "t1")
+    saved = load_run(tmp_path / "r.json")
+    assert saved.meta["status"] == "complete"
+    assert saved.rows[1] == replace(_row(2048), samples_us=[0.5, None])  # NaN is written as null
+    with open(tmp_path / "r.csv") as handle:
+        first = next(csv.DictReader(handle))
+    assert first["algbw_gbps"] == "" and "samples_us" not in first
+
+
+def test_load_run_rejects_other_files(tmp_path):
+    from commbench.errors import UsageError
+
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(UsageError, match="not a commbench results.json"):
+        load_run(tmp_path / "x.json")
+    with pytest.raises(UsageError, match="no such results file"):
+        load_run(tmp_path / "missing.json")
+
+
+def test_percentiles_match_numpy():
+    values = sorted(np.random.default_rng(3).exponential(size=101).tolist())
+    for fraction in (0.0, 0.5, 0.95, 0.99, 1.0):
+        assert percentile(values, fraction) == pytest.approx(np.percentile(values, fraction * 100))
+    summary = summarize([3.0, 1.0, 2.0, 10.0])
+    assert (summary.p50, summary.min, summary.max, summary.mean) == (2.5, 1.0, 10.0, 4.0)
+
+
+def test_an_iteration_takes_as_long_as_its_slowest_rank():
+    assert slowest_rank_per_iteration([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
