@@ -1,0 +1,118 @@
+"""The command line. `commbench [run] OPTIONS` benchmarks; other commands work on saved results.
+
+Every option has a full long name that is not a prefix of one of torchrun's options, so options written
+after `torchrun ... -m commbench` reach commbench (the one exception is --nproc, which only means
+something without a launcher; under torchrun use torchrun's --nproc-per-node).
+"""
+
+import sys
+
+import click
+
+from commbench import __version__
+from commbench.collectives import REGISTRY
+from commbench.config import MODES, REDUCE_OPS, RunConfig, parse_list, resolve
+from commbench.dtypes import known_dtypes
+from commbench.errors import RunError, Terminated, UsageError
+from commbench.sizes import parse_sizes
+
+DEFAULTS = RunConfig()
+
+
+class DefaultGroup(click.Group):
+    """A group whose first argument, when it is not a command name, starts the default `run`."""
+
+    default_command = "run"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["--help", "-h"]})
+@click.version_option(__version__, "--version", prog_name="commbench")
+def cli() -> None:
+    """Collective-communication benchmark for PyTorch distributed.
+
+    Without a command, runs a benchmark (the `run` command): `commbench --collective all_reduce`.
+    """
+
+
+@cli.command()
+@click.option("--collective", default=",".join(DEFAULTS.collectives), show_default=True,
+              help="Comma list of collectives, or 'all' (see `commbench list`).")
+@click.option("--sizes", default="1K:16M", show_default=True,
+              help="Sizes in bytes: 1K:1G (doubling), 1K:1G:x4, 1M:64M:+8M, 1K,3K,1M or 4096. "
+                   "K/M/G are powers of 1024.")
+@click.option("--dtype", default=",".join(DEFAULTS.dtypes), show_default=True, help="Comma list of dtypes.")
+@click.option("--mode", default="sync", show_default=True, help="sync, async or both.")
+@click.option("--op", default="sum", show_default=True,
+              help=f"Reduce ops for reducing collectives, comma list of {', '.join(REDUCE_OPS)}.")
+@click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True, help="Untimed ops per size.")
+@click.option("--iters", type=int, default=DEFAULTS.iters, show_default=True, help="Timed ops per size.")
+@click.option("--root", type=int, default=DEFAULTS.root, show_default=True,
+              help="Root rank of broadcast, reduce, gather and scatter.")
+@click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
+@click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu].")
+@click.option("--nproc", type=int, default=DEFAULTS.nproc, show_default=True,
+              help="Local ranks to spawn when no launcher (torchrun, mpirun, srun) started commbench.")
+@click.option("--timeout", "timeout_s", type=float, default=DEFAULTS.timeout_s, show_default=True,
+              help="Seconds allowed for process-group start and for each collective.")
+@click.option("--output-dir", default=DEFAULTS.output_dir, show_default=True,
+              help="Each run writes DIR/<run-id>/results.csv and results.json.")
+@click.option("--csv", "csv_path", default=None, help="Write the CSV exactly here instead.")
+@click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead.")
+@click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
+@click.pass_context
+def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, op: str, **options) -> int:
+    """Benchmark collectives over a range of message sizes (the default command)."""
+    from commbench.launch import launch
+
+    config = RunConfig(
+        collectives=parse_list(collective),
+        sizes=parse_sizes(sizes),
+        dtypes=parse_list(dtype),
+        modes=parse_list(mode),
+        ops=parse_list(op),
+        argv=list(ctx.obj["argv"]),
+        **options,
+    )
+    return launch(resolve(config))
+
+
+@cli.command("list")
+def list_command() -> None:
+    """The collectives, dtypes, reduce ops and modes commbench knows."""
+    click.echo("collectives (busbw factor at n ranks):")
+    for collective in REGISTRY.values():
+        factor = ", ".join(f"n={n}: {collective.busbw_factor(n):.3g}" for n in (2, 4, 8))
+        click.echo(f"  {collective.name:<20} {collective.summary}  [{factor}]")
+    click.echo(f"dtypes: {', '.join(known_dtypes())}")
+    click.echo(f"reduce ops: {', '.join(REDUCE_OPS)}")
+    click.echo(f"modes: {', '.join(MODES)}, both")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: returns the exit status (0 ok, 1 failed run, 2 bad input, 128+N on signal N)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})
+    except click.ClickException as exc:
+        print(f"commbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except RunError as exc:
+        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except Terminated as exc:
+        return exc.exit_code
+    except (KeyboardInterrupt, click.Abort):
+        return 130
+    return result if isinstance(result, int) else 0

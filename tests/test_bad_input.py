@@ -1,0 +1,47 @@
+"""Every bad input: one line on stderr naming the problem, exit status 2, no traceback, no hang."""
+
+import pytest
+
+from tests.dist_helpers import commbench
+
+CASES = [
+    (["--collective", "all_redcue"], "unknown collective 'all_redcue' (did you mean all_reduce?)"),
+    (["--collective", ""], "no collective given"),
+    (["--sizes", "1M:1K"], "minimum 1M is above maximum 1K"),
+    (["--sizes", "12Q"], "malformed size '12Q'"),
+    (["--sizes", "1K:1M:y3"], "malformed size step"),
+    (["--dtype", "float7"], "unknown dtype 'float7'"),
+    (["--backend", "nccl"], "backend nccl is not available"),
+    (["--backend", "mpi"], "backend mpi is not available"),
+    (["--backend", "glooo"], "unknown backend 'glooo' (did you mean gloo?)"),
+    (["--device", "cuda"], "--device cuda but CUDA is not available"),
+    (["--device", "tpu"], "unknown device 'tpu'"),
+    (["--nproc", "0"], "--nproc 0 must be at least 1"),
+    (["--iters", "0"], "--iters 0 must be at least 1"),
+    (["--iters", "many"], "Invalid value for '--iters'"),
+    (["--mode", "eager"], "unknown mode 'eager'"),
+    (["--op", "sums"], "unknown reduce op 'sums' (did you mean sum?)"),
+    (["--root", "2"], "--root 2 is outside the world of 2 ranks"),
+    (["--collectiv", "all_reduce"], "No such option"),
+    (["--timeout", "0"], "--timeout 0 must be above 0"),
+]
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_exits_2_with_one_line(args, message):
+    result = commbench(*args, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("commbench: error: ")
+    assert message in lines[0]
+    assert result.stdout == ""  # refused before anything started
+
+
+def test_mpirun_without_master_address_is_bad_input():
+    result = commbench("--sizes", "1K", env={"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"},
+                       timeout=60)
+    assert result.returncode == 2
+    assert "MASTER_ADDR and MASTER_PORT is not" in result.stderr
+    assert "Traceback" not in result.stderr
