@@ -10,8 +10,8 @@ import sys
 import click
 
 from commbench import __version__
-from commbench.collectives import REGISTRY
-from commbench.config import MODES, REDUCE_OPS, RunConfig, parse_list, resolve
+from commbench.collectives import PLACEMENTS, REGISTRY
+from commbench.config import MODES, REDUCE_OPS, RunConfig, parse_list, parse_placements, resolve
 from commbench.dtypes import known_dtypes
 from commbench.errors import RunError, Terminated, UsageError
 from commbench.sizes import parse_sizes
@@ -49,6 +49,19 @@ def cli() -> None:
 @click.option("--mode", default="sync", show_default=True, help="sync, async or both.")
 @click.option("--op", default="sum", show_default=True,
               help=f"Reduce ops for reducing collectives, comma list of {', '.join(REDUCE_OPS)}.")
+@click.option("--placement", default=None,
+              help="out-of-place, in-place or both, for all_reduce, reduce_scatter_base and all_gather_base "
+                   "[default: all_reduce in place, the others out of place].")
+@click.option("--check", is_flag=True,
+              help="After timing each size, run one op on known values and count wrong elements.")
+@click.option("--check-every", type=int, default=DEFAULTS.check_every, show_default=True,
+              help="Also check after every N timed iterations (implies --check; 0: once per size).")
+@click.option("--splits", default=DEFAULTS.splits, show_default=True,
+              help="v-collectives: spread:F (0..1) or a CSV/YAML file of a world x world byte matrix.")
+@click.option("--p2p-window", type=int, default=DEFAULTS.p2p_window, show_default=True,
+              help="Messages in flight per op for p2p_uni and p2p_bidir.")
+@click.option("--premul-factor", type=float, default=DEFAULTS.premul_factor, show_default=True,
+              help="The factor of --op premul_sum (NCCL only).")
 @click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True, help="Untimed ops per size.")
 @click.option("--iters", type=int, default=DEFAULTS.iters, show_default=True, help="Timed ops per size.")
 @click.option("--root", type=int, default=DEFAULTS.root, show_default=True,
@@ -65,7 +78,8 @@ def cli() -> None:
 @click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
 @click.pass_context
-def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, op: str, **options) -> int:
+def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, op: str,
+        placement: str | None, **options) -> int:
     """Benchmark collectives over a range of message sizes (the default command)."""
     from commbench.launch import launch
 
@@ -75,6 +89,7 @@ def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, 
         dtypes=parse_list(dtype),
         modes=parse_list(mode),
         ops=parse_list(op),
+        placements=parse_placements(placement) if placement is not None else [],
         argv=list(ctx.obj["argv"]),
         **options,
     )
@@ -84,13 +99,16 @@ def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, 
 @cli.command("list")
 def list_command() -> None:
     """The collectives, dtypes, reduce ops and modes commbench knows."""
-    click.echo("collectives (busbw factor at n ranks):")
+    click.echo("collectives (busbw factor at n ranks; placements, the default first):")
     for collective in REGISTRY.values():
         factor = ", ".join(f"n={n}: {collective.busbw_factor(n):.3g}" for n in (2, 4, 8))
-        click.echo(f"  {collective.name:<20} {collective.summary}  [{factor}]")
+        placements = ", ".join(p for p in collective.placements if p) or "-"
+        modes = "" if len(collective.modes) > 1 else f"; {collective.modes[0]} only"
+        click.echo(f"  {collective.name:<20} {collective.summary}  [{factor}; {placements}{modes}]")
     click.echo(f"dtypes: {', '.join(known_dtypes())}")
     click.echo(f"reduce ops: {', '.join(REDUCE_OPS)}")
     click.echo(f"modes: {', '.join(MODES)}, both")
+    click.echo(f"placements: {', '.join(PLACEMENTS)}, both")
 
 
 def _one_line(text: str) -> str:

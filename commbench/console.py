@@ -34,21 +34,30 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 
 def rows_table(rows: Iterable[Row]) -> Table:
-    """One table for rows of a single collective, dtype and op, any number of modes."""
+    """One table for rows of a single collective, dtype, op and placement, any number of modes.
+
+    With --check each mode gets a ``wrong`` column (wrong elements over all ranks); rows the backend
+    rejected show ``-`` for their numbers and the reason in an ``error`` column.
+    """
     rows = list(rows)
     first = rows[0]
     modes = list(dict.fromkeys(row.mode for row in rows))
-    title = f"{first.collective} · {first.dtype}" + (f" · op {first.op}" if first.op else "")
+    title = f"{first.collective} · {first.dtype}" + (f" · op {first.op}" if first.op else "") + \
+        (f" · {first.placement}" if first.placement else "")
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("size", justify="right")
     table.add_column("elems/rank", justify="right")
     # A mode measured with one sample per size (one async window) shows one time, not four equal ones.
     spread = {mode: any(len(row.samples_us) > 1 for row in rows if row.mode == mode) for mode in modes}
+    checked = {mode: any(row.wrong is not None for row in rows if row.mode == mode) for mode in modes}
     for mode in modes:
         prefix = f"{mode} " if len(modes) > 1 else ""
         times = ("p50 µs", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
-        for name in (*times, "algbw GB/s", "busbw GB/s"):
+        for name in (*times, "algbw GB/s", "busbw GB/s", *(("wrong",) if checked[mode] else ())):
             table.add_column(prefix + name, justify="right")
+    errors = any(row.error for row in rows)
+    if errors:
+        table.add_column("error")
     by_size: dict[int, dict[str, Row]] = {}
     for row in rows:
         by_size.setdefault(row.size_bytes, {})[row.mode] = row
@@ -56,13 +65,18 @@ def rows_table(rows: Iterable[Row]) -> Table:
         cells = [format_size(size), str(next(iter(per_mode.values())).count_per_rank)]
         for mode in modes:
             row = per_mode.get(mode)
-            width = 6 if spread[mode] else 3
+            width = (6 if spread[mode] else 3) + checked[mode]
             if row is None:
                 cells.extend(["-"] * width)
                 continue
             times = [row.time_us_p50, row.time_us_p95, row.time_us_min, row.time_us_max]
-            cells.extend(_number(value, 1) for value in times[: width - 2])
+            cells.extend(_number(value, 1) for value in times[: (4 if spread[mode] else 1)])
             cells.extend([_number(row.algbw_gbps, 3), _number(row.busbw_gbps, 3)])
+            if checked[mode]:
+                cells.append("-" if row.wrong is None else
+                             (f"[bold red]{row.wrong}[/bold red]" if row.wrong else "0"))
+        if errors:
+            cells.append(escape(next((row.error for row in per_mode.values() if row.error), "")))
         table.add_row(*cells)
     return table
 

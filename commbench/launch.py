@@ -24,11 +24,11 @@ import torch
 from commbench import __version__
 from commbench.backends.base import Backend
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.config import RunConfig
+from commbench.config import RunConfig, check_world
 from commbench.console import ConsoleReporter, make_console
 from commbench.errors import RunError, Terminated, UsageError
 from commbench.results import ResultWriter, Row, RunMeta
-from commbench.runner import NullOutput, Output, run_sweep
+from commbench.runner import NullOutput, Output, run_sweep, sweep_failure
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
@@ -207,6 +207,7 @@ def launch(config: RunConfig, environ: Mapping[str, str] | None = None) -> int:
     """Run the benchmark: as one rank of a launched job, or by spawning local ranks."""
     environ = os.environ if environ is None else environ
     info = detect(environ, config.backend)
+    check_world(config, config.nproc if info is None else info.world_size)
     if info is None:
         check_local_launch(config)
         return spawn_local(config.argv, config.nproc)
@@ -308,7 +309,7 @@ def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> i
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        run_sweep(config, backend, output)
+        rows = run_sweep(config, backend, output)
         backend.barrier()
     except BaseException as exc:
         if writer is not None:
@@ -316,8 +317,14 @@ def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> i
             writer.finish("interrupted" if interrupted else "failed", _now(),
                           None if interrupted else str(exc))
         raise
+    # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
+    failure = sweep_failure(rows)
     if writer is not None and reporter is not None:
-        writer.finish("complete", _now())
+        writer.finish("failed" if failure else "complete", _now(), failure)
         reporter.files([shlex.quote(str(writer.csv_path)), shlex.quote(str(writer.json_path))])
     backend.shutdown()
+    if failure is not None:
+        if info.rank == 0:
+            raise RunError(failure)
+        return 1
     return 0

@@ -21,7 +21,12 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class Row:
-    """One measured (collective, dtype, op, mode, size) point. Times in microseconds."""
+    """One measured (collective, dtype, op, placement, mode, size) point. Times in microseconds.
+
+    A row whose op the backend rejected (or whose buffers could not be allocated) has ``error`` set and
+    no times. ``wrong`` is None unless --check ran: then the wrong elements summed over ranks (and over
+    the checked ops of the row), ``first_wrong`` where the first one was.
+    """
 
     collective: str
     backend: str
@@ -35,20 +40,24 @@ class Row:
     count_per_rank: int
     iters: int
     warmup: int
-    time_us_p50: float
-    time_us_p95: float
-    time_us_min: float
-    time_us_max: float
-    time_us_mean: float
+    time_us_p50: float | None
+    time_us_p95: float | None
+    time_us_min: float | None
+    time_us_max: float | None
+    time_us_mean: float | None
     algbw_gbps: float | None
     busbw_gbps: float | None
     busbw_factor: float
+    placement: str = ""  # out-of-place or in-place; '' for barrier (see README: placement)
+    wrong: int | None = None  # --check: wrong elements over all ranks; None when not checked
+    first_wrong: str = ""  # --check: 'rank R index I: expected E, got G' of the first wrong element
+    error: str = ""  # why the row has no measurement (the backend rejected the dtype or op, ...)
     samples_us: list[float] = field(default_factory=list)  # per iteration, max over ranks; JSON only
 
     def key(self) -> tuple:
         """What identifies the same measurement in another run."""
-        return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
-                self.backend)
+        return (self.collective, self.dtype, self.op, self.placement, self.mode, self.size_bytes,
+                self.world_size, self.backend)
 
 
 CSV_COLUMNS = [f.name for f in fields(Row) if f.name != "samples_us"]

@@ -63,3 +63,15 @@ def test_percentiles_match_numpy():
 
 def test_an_iteration_takes_as_long_as_its_slowest_rank():
     assert slowest_rank_per_iteration([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
+
+
+def test_rows_written_before_the_check_fields_existed_still_load(tmp_path):
+    from dataclasses import asdict
+
+    old = asdict(_row(1024))
+    for name in ("placement", "wrong", "first_wrong", "error"):
+        del old[name]
+    (tmp_path / "old.json").write_text(json.dumps({"schema": 1, "meta": {}, "rows": [old]}))
+    (row,) = load_run(tmp_path / "old.json").rows
+    assert (row.placement, row.wrong, row.first_wrong, row.error) == ("", None, "", "")
+    assert row.key() != replace(row, placement="in-place").key()  # placements are told apart

@@ -37,7 +37,9 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     result = torchrun(2, "--collective", "broadcast", "--sizes", "2K", "--dtype", "bfloat16",
                       "--mode", "both", "--op", "max", "--warmup", "2", "--iters", "3", "--root", "1",
                       "--backend", "gloo", "--device", "cpu", "--timeout", "77", "--output-dir",
-                      str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet")
+                      str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet",
+                      "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
+                      "--p2p-window", "4", "--premul-factor", "0.25")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     config = json.loads(json_path.read_text())["meta"]["config"]
@@ -46,10 +48,15 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert config["ops"] == ["max"] and (config["warmup"], config["iters"], config["root"]) == (2, 3, 1)
     assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 77.0)
     assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    assert config["placements"] == ["in-place"] and config["check"] is True and config["check_every"] == 2
+    assert (config["splits"], config["p2p_window"], config["premul_factor"]) == ("spread:0.25", 4, 0.25)
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
+    rows = json.loads(json_path.read_text())["rows"]
+    assert [(row["placement"], row["wrong"]) for row in rows] == [("in-place", 0), ("in-place", 0)]
     run_options = {name for param in cli.commands["run"].params if isinstance(param, click.Option)
                    for name in param.opts if name.startswith("--")}
     exercised = {"--collective", "--sizes", "--dtype", "--mode", "--op", "--warmup", "--iters", "--root",
-                 "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet"}
+                 "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet",
+                 "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
