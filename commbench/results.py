@@ -43,15 +43,29 @@ class Row:
     algbw_gbps: float | None
     busbw_gbps: float | None
     busbw_factor: float
+    # Sub-communicators: the collective ran in group_count groups of group_size ranks at once (files
+    # written before groups existed load as one group of the whole world).
+    group_size: int = 0
+    group_layout: str = "world"  # world, contiguous, strided, intra-node, inter-node
+    group_count: int = 1
+    skew_us_max: float | None = None  # the largest rank's mean arrival skew (see README: skew)
+    slowest_rank: int | None = None  # the rank the others waited for: the smallest arrival skew
     samples_us: list[float] = field(default_factory=list)  # per iteration, max over ranks; JSON only
+    rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean time; JSON only
+    rank_skew_us: list[float] = field(default_factory=list)  # each rank's mean arrival skew; JSON only
+
+    def __post_init__(self) -> None:
+        if not self.group_size:
+            self.group_size = self.world_size
 
     def key(self) -> tuple:
         """What identifies the same measurement in another run."""
         return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
-                self.backend)
+                self.backend, self.group_size, self.group_layout)
 
 
-CSV_COLUMNS = [f.name for f in fields(Row) if f.name != "samples_us"]
+JSON_ONLY_FIELDS = ("samples_us", "rank_mean_us", "rank_skew_us")  # lists: too long for a CSV cell
+CSV_COLUMNS = [f.name for f in fields(Row) if f.name not in JSON_ONLY_FIELDS]
 
 
 @dataclass
@@ -73,6 +87,7 @@ class RunMeta:
     status: str = "running"  # running | complete | failed | interrupted
     finished_at: str | None = None
     error: str | None = None
+    groups: dict[str, Any] = field(default_factory=dict)  # layout, size, count, members (GroupPlan)
 
 
 def _clean(value: Any) -> Any:

@@ -3,8 +3,14 @@
 The runner reads descriptors from the registry and calls the backend method each names; it has no
 per-collective branches. Buffers are allocated and filled once per size, before any timed region, and
 released before the next size.
+
+With sub-communicators every group runs the same collective at the same size at once; a rank's buffers,
+root and peer are those of its group (n = the group size). Before each size every rank checks in
+(Backend.check_in): a rank that does not arrive is named at the deadline instead of hanging a
+collective, and a stop asked for by a signal on any rank is agreed on by all, between sizes.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -12,10 +18,18 @@ from commbench.backends.base import Backend, CollectiveArgs
 from commbench.collectives import REGISTRY, Collective, Layout
 from commbench.config import RunConfig
 from commbench.dtypes import element_size, torch_dtype
-from commbench.errors import RunError, UsageError
+from commbench.errors import RunError, Terminated, UsageError, brief
+from commbench.groups import Membership, world_plan
 from commbench.results import Row
 from commbench.sizes import format_size
-from commbench.stats import algbw_gbps, slowest_rank_per_iteration, summarize
+from commbench.stats import (
+    algbw_gbps,
+    arrival_skews,
+    last_to_arrive,
+    rank_means,
+    slowest_rank_per_iteration,
+    summarize,
+)
 from commbench.timing import TIMED_LOOPS, warm_up
 
 
@@ -85,67 +99,113 @@ def plan_sizes(collective: Collective, sizes: list[int], world_size: int, dtype:
     return planned, notes
 
 
-def run_sweep(config: RunConfig, backend: Backend, output: Output) -> list[Row]:
-    """Every row of the sweep, reported to ``output`` as each finishes."""
-    world_size = backend.world_size
-    if config.root >= world_size:
-        raise UsageError(f"--root {config.root} is outside the world of {world_size} ranks")
+def _no_stop() -> int:
+    return 0
+
+
+def run_sweep(config: RunConfig, backend: Backend, output: Output, membership: Membership | None = None,
+              stop_requested: Callable[[], int] = _no_stop) -> list[Row]:
+    """Every row of the sweep, reported to ``output`` as each finishes.
+
+    ``stop_requested`` returns the signal number a user sent this rank (0: none); the sweep stops at the
+    next size boundary that every rank reaches, raising Terminated on all of them.
+    """
+    membership = membership or Membership(world_plan(backend.world_size), None, backend.rank)
+    group_size = membership.plan.size
+    if config.root >= group_size:
+        where = f"the world of {group_size} ranks" if membership.plan.is_world \
+            else f"a group of {group_size} ranks"
+        raise UsageError(f"--root {config.root} is outside {where}")
     all_rows: list[Row] = []
     for name in config.collectives:
         collective = REGISTRY[name]
         # A collective that moves no data is timed once, not once per dtype.
         for dtype in config.dtypes if collective.sized else config.dtypes[:1]:
-            planned, notes = plan_sizes(collective, config.sizes, world_size, dtype)
+            planned, notes = plan_sizes(collective, config.sizes, group_size, dtype)
             for text in notes:
                 output.note(text)
             for op in config.ops if collective.reduces else [""]:
                 group_rows: list[Row] = []
                 for size in planned:
-                    for row in measure_size(config, backend, collective, dtype, op, size):
+                    _check_in(config, backend, membership, _step_label(collective, dtype, op, size),
+                              stop_requested)
+                    for row in measure_size(config, backend, collective, dtype, op, size, membership):
                         output.row(row)
                         group_rows.append(row)
                 output.group_done(group_rows)
                 all_rows.extend(group_rows)
+    # Every rank has finished measuring: a stop asked for during the last size has nothing left to stop.
+    _check_in(config, backend, membership, "the end of the sweep", _no_stop)
     return all_rows
 
 
+def _step_label(collective: Collective, dtype: str, op: str, size: PlannedSize) -> str:
+    """What is about to be measured, as messages name it."""
+    detail = f"{dtype}, {op}" if op else dtype
+    return f"{collective.name} ({detail}) at size {format_size(size.used)}"
+
+
+def _check_in(config: RunConfig, backend: Backend, membership: Membership, label: str,
+              stop_requested: Callable[[], int]) -> None:
+    # The signature holds what every rank must agree on for the step to be the same collective work.
+    plan = membership.plan
+    signature = (f"{label}|{'+'.join(config.modes)}|{config.warmup}|{config.iters}|"
+                 f"{plan.layout}:{plan.count}x{plan.size}")
+    stop = backend.check_in(label, signature, stop_requested())
+    if stop:
+        raise Terminated(stop)
+
+
 def measure_size(config: RunConfig, backend: Backend, collective: Collective, dtype: str, op: str,
-                 size: PlannedSize) -> list[Row]:
+                 size: PlannedSize, membership: Membership | None = None) -> list[Row]:
     """One row per mode for one size; the buffers are this call's locals, released when it returns."""
-    rank, world_size = backend.rank, backend.world_size
+    membership = membership or Membership(world_plan(backend.world_size), None, backend.rank)
+    rank = backend.rank
     mode = config.modes[0]
     try:
-        layout = Layout(size.count_per_rank, world_size, rank, config.root, torch_dtype(dtype),
-                        backend.device)
+        layout = Layout(size.count_per_rank, membership.plan.size, membership.group_rank, config.root,
+                        torch_dtype(dtype), backend.device)
         buffers = collective.build(layout)
         for tensor in buffers.tensors():
             tensor.zero_()  # zeros: repeated in-place reductions stay finite in every dtype
-        args = CollectiveArgs(input=buffers.input, output=buffers.output, op=op or "sum",
-                              root=config.root, peer=buffers.peer)
+        args = CollectiveArgs(input=buffers.input, output=buffers.output, group=membership.handle,
+                              op=op or "sum", root=config.root, peer=buffers.peer)
         call = getattr(backend, collective.method)
         rows = []
         for mode in config.modes:
             args.async_op = mode == "async"
             warm_up(call, backend, args, config.warmup)
-            local_seconds = TIMED_LOOPS[mode](call, backend, args, config.iters)
-            per_rank = backend.all_gather_floats(local_seconds)
-            rows.append(_make_row(config, backend, collective, dtype, op, mode, size,
-                                  slowest_rank_per_iteration(per_rank)))
+            region = TIMED_LOOPS[mode](call, backend, args, config.iters)
+            # One gather per mode: every rank's samples followed by its arrivals.
+            gathered = backend.all_gather_floats(region.seconds + region.arrivals)
+            count = len(region.seconds)
+            seconds = [values[:count] for values in gathered]
+            arrivals = [values[count:] for values in gathered]
+            rows.append(_make_row(config, backend, collective, dtype, op, mode, size, membership,
+                                  seconds, arrivals))
         return rows
     except (RunError, UsageError):
         raise
     except Exception as exc:  # a backend error: name what failed, where
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = brief(exc)
         raise RunError(f"{collective.name} ({dtype}{', ' + op if op else ''}, {mode}) failed at size "
                        f"{format_size(size.used)} on rank {rank}: {detail}") from exc
 
 
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)  # the clocks resolve nanoseconds
+
+
 def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype: str, op: str,
-              mode: str, size: PlannedSize, seconds: list[float]) -> Row:
-    samples_us = [round(value * 1e6, 3) for value in seconds]  # the clocks resolve nanoseconds
+              mode: str, size: PlannedSize, membership: Membership, per_rank_seconds: list[list[float]],
+              per_rank_arrivals: list[list[float]]) -> Row:
+    samples_us = [_us(value) for value in slowest_rank_per_iteration(per_rank_seconds)]
     summary = summarize(samples_us)
-    factor = collective.busbw_factor(backend.world_size)
+    plan = membership.plan
+    factor = collective.busbw_factor(plan.size)
     algbw = algbw_gbps(size.used, summary.p50 * 1e-6)
+    members = [list(ranks) for ranks in plan.members]
+    skews = arrival_skews(per_rank_arrivals, members)
     return Row(
         collective=collective.name,
         backend=backend.name,
@@ -167,5 +227,12 @@ def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype
         algbw_gbps=algbw,
         busbw_gbps=None if algbw is None else algbw * factor,
         busbw_factor=factor,
+        group_size=plan.size,
+        group_layout=plan.layout,
+        group_count=plan.count,
+        skew_us_max=_us(max(skews)),
+        slowest_rank=last_to_arrive(skews, members),
         samples_us=samples_us,
+        rank_mean_us=[_us(value) for value in rank_means(per_rank_seconds)],
+        rank_skew_us=[_us(value) for value in skews],
     )
