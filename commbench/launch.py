@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,15 +23,23 @@ import torch
 
 from commbench import __version__
 from commbench.backends.base import Backend
+from commbench.backends.coordination import CheckInFailed, announce_death
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config import RunConfig
 from commbench.console import ConsoleReporter, make_console
-from commbench.errors import RunError, Terminated, UsageError
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
+from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.results import ResultWriter, Row, RunMeta
 from commbench.runner import NullOutput, Output, run_sweep
+from commbench.sizes import parse_size
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
-RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
+HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the system's says too little
+# Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
+# would; the others must then time out at that size and name it.
+TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
+FAILURE_GRACE_S = 3.0  # how long a failed rank waits to hear what became of the others
+RECORDED_ENV_PREFIXES = ("COMMBENCH_", "NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
                          "OMP_NUM_THREADS")
 
 
@@ -122,9 +130,11 @@ def _exit_status(code: int) -> int:
 def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
     """Run ``python -m commbench ARGV`` as ``nproc`` local ranks; their exit status is ours.
 
-    When one rank fails the others get ``grace_s`` to notice and exit on their own, then are stopped.
-    SIGINT and SIGTERM are forwarded; ranks run in their own process group so a terminal's Ctrl-C
-    reaches them once, through us.
+    When one rank fails the others get ``grace_s`` to notice and exit on their own, then are stopped;
+    a rank killed by a signal is announced to the others through the rendezvous store, so their
+    messages say which rank died. SIGINT and SIGTERM are forwarded (the ranks stop together at the
+    next size, or at once on a second signal); ranks run in their own process group so a terminal's
+    Ctrl-C reaches them once, through us, and die with us (PR_SET_PDEATHSIG) if we are killed.
     """
     port = free_port()
     env = dict(os.environ)
@@ -147,7 +157,7 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _wait_for_ranks(procs, grace_s, received)
+        return _wait_for_ranks(procs, grace_s, received, port)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -157,18 +167,25 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
                 proc.wait()
 
 
-def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: list[int]) -> int:
+def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: list[int], port: int) -> int:
     first_failure: tuple[int, int] | None = None
     deadline: float | None = None
     stopping = False
+    announced: set[int] = set()
     while True:
         codes = [proc.poll() for proc in procs]
-        if first_failure is None:
-            for rank, code in enumerate(codes):
-                if code not in (None, 0):
-                    first_failure = (rank, code)
-                    deadline = time.monotonic() + grace_s
-                    break
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        for rank, code in failed:
+            # A death we did not cause: tell the others which rank it was (rank 0 hosts the store, so
+            # its death cannot be told; the others find out when the store goes).
+            if code < 0 and not stopping and not received and rank not in announced:
+                announced.add(rank)
+                if rank != 0:
+                    announce_death("127.0.0.1", port, "0", rank, signal.Signals(-code).name)
+        if first_failure is None and failed:
+            # Of ranks found failed at once, one killed by a signal is the cause, the others its effect.
+            first_failure = min(failed, key=lambda item: (item[1] >= 0, item[0]))
+            deadline = time.monotonic() + grace_s
         if all(code is not None for code in codes):
             break
         if received and deadline is None:
@@ -186,16 +203,25 @@ def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: lis
     rank, code = first_failure
     if code < 0:
         name = signal.Signals(-code).name
-        print(f"commbench: error: rank {rank} died ({name}); the other ranks were stopped",
-              file=sys.stderr)
+        stopped = "; the other ranks were stopped" if stopping else ""
+        print(f"commbench: error: rank {rank} died ({name}){stopped}", file=sys.stderr)
         return 1
     return code
 
 
+def check_world(config: RunConfig, world_size: int) -> None:
+    """What can be checked once the world size is known, before any process group starts."""
+    if config.group_size is not None:
+        plan = split_world(world_size, config.group_size, config.group_layout or "contiguous")
+        if config.root >= plan.size and not plan.is_world:
+            raise UsageError(f"--root {config.root} is outside a group of {plan.size} ranks")
+    if config.root >= world_size:
+        raise UsageError(f"--root {config.root} is outside the world of {world_size} ranks")
+
+
 def check_local_launch(config: RunConfig) -> None:
     """What the spawner can check before starting ranks."""
-    if config.root >= config.nproc:
-        raise UsageError(f"--root {config.root} is outside the world of {config.nproc} ranks")
+    check_world(config, config.nproc)
     if config.device == "cuda" and config.nproc > torch.cuda.device_count():
         raise UsageError(f"--nproc {config.nproc} needs {config.nproc} CUDA devices (one per rank); "
                          f"this machine has {torch.cuda.device_count()}")
@@ -223,13 +249,19 @@ def select_device(config: RunConfig, info: RankInfo) -> torch.device:
     return torch.device("cuda", info.local_rank)
 
 
-def start_backend(config: RunConfig, info: RankInfo) -> Backend:
+def start_backend(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
     device = select_device(config, info)
+    # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
+    launcher_hosts_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     try:
         return TorchDistBackend.create(config.backend, device, info.rank, info.world_size,
-                                       info.master_addr or "", info.master_port or 0, config.timeout_s)
+                                       info.master_addr or "", info.master_port or 0, config.timeout_s,
+                                       launcher_hosts_store, attempt)
+    except RunError:
+        raise
     except Exception as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = brief(exc)
         raise RunError(f"rank {info.rank}: the {config.backend} process group did not start "
                        f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
                        f"timeout {config.timeout_s:g} s): {detail}") from exc
@@ -243,8 +275,29 @@ def make_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
+def plan_groups(config: RunConfig, hostnames: list[str]) -> GroupPlan:
+    """The run's groups; presets need every rank's host name, so this runs after the start."""
+    world_size = len(hostnames)
+    if config.groups is not None:
+        return split_by_hosts(hostnames, config.groups)
+    if config.group_size is not None:
+        return split_world(world_size, config.group_size, config.group_layout or "contiguous")
+    return world_plan(world_size)
+
+
+def join_groups(backend: Backend, plan: GroupPlan) -> Membership:
+    handle = None
+    if not plan.is_world:
+        try:
+            handle = backend.new_groups([list(ranks) for ranks in plan.members])
+        except Exception as exc:
+            raise RunError(f"rank {backend.rank} could not create the {plan.describe()}: "
+                           f"{brief(exc)}") from exc
+    return Membership(plan, handle, plan.group_rank(backend.rank))
+
+
 def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: list[str],
-               environ: Mapping[str, str]) -> RunMeta:
+               environ: Mapping[str, str], plan: GroupPlan | None = None) -> RunMeta:
     recorded = {key: value for key, value in sorted(environ.items())
                 if key.startswith(RECORDED_ENV_PREFIXES)}
     return RunMeta(
@@ -262,6 +315,7 @@ def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: l
         versions=backend.versions(),
         env=recorded,
         config={key: value for key, value in asdict(config).items() if key != "argv"},
+        groups=(plan or world_plan(info.world_size)).as_dict(),
     )
 
 
@@ -289,35 +343,97 @@ def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
     return csv_path, json_path
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise Terminated(signum)
+class StopRequests:
+    """SIGINT/SIGTERM on a rank: the first asks the sweep to stop at the next size (every rank agrees
+    there, so none is left waiting in a collective); a second stops this rank at once."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.signum:
+            raise Terminated(signum)
+        self.signum = signum
+
+    def requested(self) -> int:
+        return self.signum
+
+
+def apply_test_faults(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> RunConfig:
+    """COMMBENCH_TEST_SKIP=RANK:SIZE (tests only): that rank's sweep leaves SIZE out."""
+    spec = environ.get(TEST_SKIP_ENV)
+    if not spec:
+        return config
+    rank_text, _, size_text = spec.partition(":")
+    if int(rank_text) != info.rank:
+        return config
+    skipped = parse_size(size_text)
+    return replace(config, sizes=[size for size in config.sizes if size != skipped])
 
 
 def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> int:
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    backend = start_backend(config, info)
+    check_world(config, info.world_size)
+    config = apply_test_faults(config, info, environ)
+    stops = StopRequests()
+    stops.install()
+    backend = start_backend(config, info, environ)
     writer: ResultWriter | None = None
     output: Output = NullOutput()
     reporter: ConsoleReporter | None = None
     try:
-        hostnames = backend.all_gather_object(socket.gethostname())
+        hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
+        plan = plan_groups(config, hostnames)
+        membership = join_groups(backend, plan)
         if info.rank == 0:
-            meta = build_meta(config, info, backend, hostnames, environ)
-            reporter = ConsoleReporter(make_console(config.quiet))
+            meta = build_meta(config, info, backend, hostnames, environ, plan)
+            reporter = ConsoleReporter(make_console(config.quiet), per_rank=config.per_rank,
+                                       skew_threshold=config.skew_threshold_percent)
             reporter.header(meta)
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        run_sweep(config, backend, output)
+        run_sweep(config, backend, output, membership, stops.requested)
         backend.barrier()
+    except (Terminated, KeyboardInterrupt) as exc:
+        if writer is not None:
+            signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
+            writer.finish("interrupted", _now(), f"stopped by {signal.Signals(signum).name}")
+        raise
+    except UsageError as exc:
+        # Every rank finds the same problem with the same input: one message, from rank 0.
+        if writer is not None:
+            writer.finish("failed", _now(), str(exc))
+        if info.rank != 0:
+            raise AlreadyReported(exc.exit_code) from exc
+        raise
+    except RunError as exc:
+        error = _with_peer_accounts(exc, backend, config)
+        if writer is not None:
+            writer.finish("failed", _now(), error)
+        raise RunError(error) from exc
     except BaseException as exc:
         if writer is not None:
-            interrupted = isinstance(exc, KeyboardInterrupt | Terminated)
-            writer.finish("interrupted" if interrupted else "failed", _now(),
-                          None if interrupted else str(exc))
+            writer.finish("failed", _now(), f"{type(exc).__name__}: {exc}")
         raise
     if writer is not None and reporter is not None:
         writer.finish("complete", _now())
         reporter.files([shlex.quote(str(writer.csv_path)), shlex.quote(str(writer.json_path))])
     backend.shutdown()
     return 0
+
+
+def _with_peer_accounts(exc: RunError, backend: Backend, config: RunConfig) -> str:
+    """The error, with what the other ranks said (or did not say) about themselves.
+
+    Telling the others also keeps rank 0, whose process may host the store, alive until they have
+    read what they need from it.
+    """
+    error = str(exc)
+    accounts = backend.account_for_failure(error, min(FAILURE_GRACE_S, config.timeout_s))
+    if isinstance(exc, CheckInFailed):  # its message already says where every missing rank is
+        return error
+    return f"{error}; {accounts}" if accounts and accounts not in error else error
