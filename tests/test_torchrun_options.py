@@ -37,7 +37,9 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     result = torchrun(2, "--collective", "broadcast", "--sizes", "2K", "--dtype", "bfloat16",
                       "--mode", "both", "--op", "max", "--warmup", "2", "--iters", "3", "--root", "1",
                       "--backend", "gloo", "--device", "cpu", "--timeout", "77", "--output-dir",
-                      str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet")
+                      str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet",
+                      "--group-size", "2", "--group-layout", "strided", "--per-rank",
+                      "--skew-threshold", "50")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     config = json.loads(json_path.read_text())["meta"]["config"]
@@ -46,10 +48,18 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert config["ops"] == ["max"] and (config["warmup"], config["iters"], config["root"]) == (2, 3, 1)
     assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 77.0)
     assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    assert (config["group_size"], config["group_layout"], config["groups"]) == (2, "strided", None)
+    assert config["per_rank"] is True and config["skew_threshold_percent"] == 50.0
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
+    # --groups excludes --group-size, so it passes through in a run of its own
+    preset = torchrun(2, "--sizes", "1K", "--iters", "1", "--groups", "intra-node", "--json",
+                      str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"), "--quiet")
+    assert preset.returncode == 0, preset.stderr
+    assert json.loads((tmp_path / "p.json").read_text())["meta"]["groups"]["layout"] == "intra-node"
     run_options = {name for param in cli.commands["run"].params if isinstance(param, click.Option)
                    for name in param.opts if name.startswith("--")}
     exercised = {"--collective", "--sizes", "--dtype", "--mode", "--op", "--warmup", "--iters", "--root",
-                 "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet"}
+                 "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet",
+                 "--group-size", "--group-layout", "--per-rank", "--skew-threshold", "--groups"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
