@@ -28,7 +28,7 @@ from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config import RunConfig
 from commbench.console import ConsoleReporter, make_console
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
-from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
+from commbench.groups import GroupPlan, Membership, format_ranks, split_by_hosts, split_world, world_plan
 from commbench.results import ResultWriter, Row, RunMeta
 from commbench.runner import NullOutput, Output, run_sweep
 from commbench.sizes import parse_size
@@ -38,7 +38,7 @@ HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the sy
 # Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
 # would; the others must then time out at that size and name it.
 TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
-FAILURE_GRACE_S = 3.0  # how long a failed rank waits to hear what became of the others
+FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
 RECORDED_ENV_PREFIXES = ("COMMBENCH_", "NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
                          "OMP_NUM_THREADS")
 
@@ -127,10 +127,12 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
+def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grace_s: float = 4.0) -> int:
     """Run ``python -m commbench ARGV`` as ``nproc`` local ranks; their exit status is ours.
 
-    When one rank fails the others get ``grace_s`` to notice and exit on their own, then are stopped;
+    After a signal the ranks get ``grace_s`` to finish their size and stop together; when one rank
+    fails the others get ``failure_grace_s`` to notice and exit on their own. Then they are stopped
+    (SIGTERM, then SIGKILL), and a rank that had to be stopped after a failure is named as hung;
     a rank killed by a signal is announced to the others through the rendezvous store, so their
     messages say which rank died. SIGINT and SIGTERM are forwarded (the ranks stop together at the
     next size, or at once on a second signal); ranks run in their own process group so a terminal's
@@ -157,7 +159,7 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _wait_for_ranks(procs, grace_s, received, port)
+        return _wait_for_ranks(procs, grace_s, failure_grace_s, received, port)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -167,10 +169,12 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
                 proc.wait()
 
 
-def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: list[int], port: int) -> int:
+def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, failure_grace_s: float,
+                    received: list[int], port: int) -> int:
     first_failure: tuple[int, int] | None = None
     deadline: float | None = None
     stopping = False
+    stopped: list[int] = []  # ranks we had to stop after a failure: they were hung
     announced: set[int] = set()
     while True:
         codes = [proc.poll() for proc in procs]
@@ -182,29 +186,32 @@ def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: lis
                 announced.add(rank)
                 if rank != 0:
                     announce_death("127.0.0.1", port, "0", rank, signal.Signals(-code).name)
-        if first_failure is None and failed:
+        if first_failure is None and failed and not received:
             # Of ranks found failed at once, one killed by a signal is the cause, the others its effect.
             first_failure = min(failed, key=lambda item: (item[1] >= 0, item[0]))
-            deadline = time.monotonic() + grace_s
+            deadline = time.monotonic() + failure_grace_s
         if all(code is not None for code in codes):
             break
         if received and deadline is None:
             deadline = time.monotonic() + grace_s
         if deadline is not None and time.monotonic() > deadline:
-            for proc in procs:
+            for rank, proc in enumerate(procs):
                 if proc.poll() is None:
+                    if not stopping and not received:
+                        stopped.append(rank)
                     (proc.kill if stopping else proc.terminate)()
-            stopping, deadline = True, time.monotonic() + 5.0
+            stopping, deadline = True, time.monotonic() + 2.0
         time.sleep(0.05)
     if received:
         return 128 + received[0]
     if first_failure is None:
         return 0
     rank, code = first_failure
+    if stopped:
+        print(f"commbench: error: {format_ranks(stopped)} did not stop within {failure_grace_s:g} s of "
+              f"rank {rank} failing (hung): stopped by the launcher", file=sys.stderr)
     if code < 0:
-        name = signal.Signals(-code).name
-        stopped = "; the other ranks were stopped" if stopping else ""
-        print(f"commbench: error: rank {rank} died ({name}){stopped}", file=sys.stderr)
+        print(f"commbench: error: rank {rank} died ({signal.Signals(-code).name})", file=sys.stderr)
         return 1
     return code
 

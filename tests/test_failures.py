@@ -23,7 +23,7 @@ from tests.process_helpers import (
     wait_until_gone,
 )
 
-TIMEOUT_S = 10
+TIMEOUT_S = 5
 # Many quick sizes: the sweep is surely still running when the test acts after its first rows.
 LONG_SWEEP = ["--collective", "all_reduce", "--sizes", "1K:2000K:+1K", "--iters", "2", "--warmup", "0",
               "--quiet", "--timeout", str(TIMEOUT_S)]
@@ -68,6 +68,23 @@ def test_killed_rank_is_named_and_earlier_rows_are_kept(tmp_path):
     meta = payload["meta"]
     assert meta["status"] == "failed"
     assert "all_reduce" in meta["error"] and "rank 2 died (SIGKILL)" in meta["error"]
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
+    # SIGSTOP: the rank stays alive but does nothing, as a hung one would. The others' collective
+    # times out, they say so and name the silent rank; the launcher stops it and names it too.
+    proc, ranks = _start(tmp_path)
+    hung_at = time.monotonic()
+    os.kill(ranks[2], signal.SIGSTOP)
+    _, stderr = proc.communicate(timeout=TIMEOUT_S + 60)
+    elapsed = time.monotonic() - hung_at
+    assert proc.returncode == 1, stderr
+    assert elapsed < TIMEOUT_S + 20, f"took {elapsed:.1f} s with --timeout {TIMEOUT_S}"
+    assert "failed at size" in stderr and "rank 2 did not report" in stderr
+    assert "rank 2 did not stop within 4 s of rank " in stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "failed" and "all_reduce" in payload["meta"]["error"]
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 
