@@ -85,6 +85,13 @@ def test_missing_rank_is_named_with_where_it_is():
     assert "ranks 0-1 did not arrive (ranks 0-1 at size 2 KiB instead)" in str(results[2])
 
 
+def test_ranks_started_with_other_settings_are_told_apart():
+    ranks = Ranks(2, timeout_s=0.5)
+    results = ranks.run(lambda c: c.check_in("size 1 KiB", f"size 1 KiB|iters {5 + c.rank}"))
+    assert "rank 1 did not arrive (rank 1 at 'size 1 KiB|iters 6' (here 'size 1 KiB|iters 5') instead)" \
+        in str(results[0])
+
+
 def test_rank_that_is_still_busy_is_named():
     ranks = Ranks(2, timeout_s=0.5)
     ranks.run(lambda c: c.check_in("size 1 KiB", "1"))

@@ -126,7 +126,7 @@ class Coordinator:
                 self._call("set", "joined/missing", missing_text)
         except _Trouble:
             raise CheckInFailed(f"process-group start failed on rank {self.rank}: "
-                           f"{self.peer_accounts() or 'another rank failed'}") from None
+                                f"{self.peer_accounts() or 'another rank failed'}") from None
         readers = self._call("add", "joined/read", 1)
         if self.hosts_store:
             joined = self._call("add", "joined", 0)
@@ -135,9 +135,9 @@ class Coordinator:
                 time.sleep(0.02)
                 readers = self._call("add", "joined/read", 0)
         missing = [int(r) for r in missing_text.split(",") if r]
-        raise CheckInFailed(f"process-group start timed out after {self.timeout_s:g} s on rank {self.rank}: "
-                       f"{format_ranks(missing)} of {self.world_size} did not join (store "
-                       f"{self.store_where})")
+        raise CheckInFailed(f"process-group start timed out after {self.timeout_s:g} s on rank "
+                            f"{self.rank}: {format_ranks(missing)} of {self.world_size} did not join "
+                            f"(store {self.store_where})")
 
     # --- steps --------------------------------------------------------------------------------
     def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
@@ -147,7 +147,7 @@ class Coordinator:
         self._step += 1
         step_key = f"step/{self._step}/{signature}"
         deadline = time.monotonic() + self.timeout_s
-        self._call("set", f"at/{self.rank}", f"{self._step}\n{label}")
+        self._call("set", f"at/{self.rank}", f"{self._step}\n{signature}\n{label}")
         if stop_signal:
             self._call("set", f"{step_key}/stop", str(stop_signal))
         if self._call("add", f"{step_key}/n", 1) == self.world_size:
@@ -159,15 +159,15 @@ class Coordinator:
         try:
             self._wait(f"{step_key}/go", deadline)
         except _Deadline:
-            raise CheckInFailed(self._missing_message(label)) from None
+            raise CheckInFailed(self._missing_message(label, signature)) from None
         except _Trouble:
             raise CheckInFailed(f"{label}: stopped on rank {self.rank} before the start: "
-                           f"{self.peer_accounts() or 'another rank failed'}") from None
+                                f"{self.peer_accounts() or 'another rank failed'}") from None
         self._previous_step_key = step_key
         stop = self._text(f"{step_key}/stop")
         return int(stop) if stop else 0
 
-    def _missing_message(self, label: str) -> str:
+    def _missing_message(self, label: str, signature: str) -> str:
         absent: list[int] = []
         dead: list[str] = []
         behind: dict[str, list[int]] = {}
@@ -175,8 +175,8 @@ class Coordinator:
         never: list[int] = []
         for rank in range(self.world_size):
             seen = self._text(f"at/{rank}")
-            step_text, _, where = (seen or "0\n").partition("\n")
-            if int(step_text) == self._step and where == label:
+            step_text, their_signature, where = (seen or "0\n\n").split("\n", 2)
+            if int(step_text) == self._step and their_signature == signature:
                 continue
             absent.append(rank)
             died = self._text(f"dead/{rank}")
@@ -186,8 +186,10 @@ class Coordinator:
                 never.append(rank)
             elif int(step_text) < self._step:
                 behind.setdefault(where, []).append(rank)
-            else:  # the same step, something else: the sweeps diverged
+            elif where != label:  # the same step, something else: the sweeps diverged
                 elsewhere.setdefault(where, []).append(rank)
+            else:  # the same collective and size, other settings: the ranks were started differently
+                elsewhere.setdefault(f"{their_signature!r} (here {signature!r})", []).append(rank)
         parts = [*dead]
         parts += [f"{format_ranks(ranks)} still in {where}" for where, ranks in behind.items()]
         parts += [f"{format_ranks(ranks)} at {where} instead" for where, ranks in elsewhere.items()]
