@@ -14,7 +14,7 @@ from commbench.collectives import REGISTRY
 from commbench.config import MODES, REDUCE_OPS, RunConfig, parse_list, resolve
 from commbench.dtypes import known_dtypes
 from commbench.errors import RunError, Terminated, UsageError
-from commbench.sizes import parse_sizes
+from commbench.sizes import parse_size, parse_sizes
 
 DEFAULTS = RunConfig()
 
@@ -50,7 +50,22 @@ def cli() -> None:
 @click.option("--op", default="sum", show_default=True,
               help=f"Reduce ops for reducing collectives, comma list of {', '.join(REDUCE_OPS)}.")
 @click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True, help="Untimed ops per size.")
-@click.option("--iters", type=int, default=DEFAULTS.iters, show_default=True, help="Timed ops per size.")
+@click.option("--iters", type=int, default=None,
+              help="Timed ops per size and mode; turns adaptive iteration counts off [default: adaptive].")
+@click.option("--time-per-size", type=float, default=DEFAULTS.time_per_size, show_default=True,
+              help="Adaptive: seconds of timed ops per size and mode.")
+@click.option("--min-iters", type=int, default=DEFAULTS.min_iters, show_default=True,
+              help="Adaptive: fewest timed ops per size.")
+@click.option("--max-iters", type=int, default=DEFAULTS.max_iters, show_default=True,
+              help="Adaptive: most timed ops per size.")
+@click.option("--precision", type=float, default=DEFAULTS.precision, show_default=True,
+              help="Adaptive: stop once the median is known to +- this fraction (95% confidence).")
+@click.option("--barrier", type=click.Choice(["none", "per-iter"]), default=DEFAULTS.barrier,
+              show_default=True, help="Sync mode: a barrier before every timed op (outside its time).")
+@click.option("--cuda-graph", type=int, default=DEFAULTS.cuda_graph, show_default=True,
+              help="CUDA + NCCL only: capture --iters ops (default 20) in a CUDA graph, replay N times.")
+@click.option("--max-memory", default=None,
+              help="Refuse, before allocating, sizes whose buffers need more than this per rank (e.g. 8G).")
 @click.option("--root", type=int, default=DEFAULTS.root, show_default=True,
               help="Root rank of broadcast, reduce, gather and scatter.")
 @click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
@@ -65,7 +80,8 @@ def cli() -> None:
 @click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
 @click.pass_context
-def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, op: str, **options) -> int:
+def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, op: str,
+        max_memory: str | None, **options) -> int:
     """Benchmark collectives over a range of message sizes (the default command)."""
     from commbench.launch import launch
 
@@ -75,6 +91,7 @@ def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, 
         dtypes=parse_list(dtype),
         modes=parse_list(mode),
         ops=parse_list(op),
+        max_memory=None if max_memory is None else parse_size(max_memory),
         argv=list(ctx.obj["argv"]),
         **options,
     )

@@ -5,6 +5,7 @@ This is the one module that reads environment variables.
 """
 
 import ctypes
+import multiprocessing
 import os
 import platform
 import shlex
@@ -13,11 +14,13 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -192,6 +195,49 @@ def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: lis
     return code
 
 
+def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        backend = TorchDistBackend.create("gloo", torch.device("cpu"), rank, world_size, "127.0.0.1", port,
+                                          timeout_s=120)
+        value = fn(rank, world_size, *args)
+        backend.barrier()
+        backend.shutdown()
+        results.put((rank, None, value))
+    except BaseException:
+        results.put((rank, traceback.format_exc(), None))
+
+
+def run_on_local_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
+    """``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined in a gloo group; the
+    values they return, by rank. For scripts and tests that drive commbench's pieces directly.
+    ``fn`` must be importable (a module-level function)."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_function_rank, args=(fn, rank, world_size, port, args, results))
+             for rank in range(world_size)]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    failure: str | None = None
+    try:
+        while len(values) < world_size and failure is None:
+            rank, error, value = results.get(timeout=timeout_s)
+            if error is None:
+                values[rank] = value
+            else:
+                failure = f"rank {rank} failed:\n{error}"
+    finally:
+        for proc in procs:
+            proc.join(timeout=1 if failure else 10)
+            if proc.is_alive():
+                proc.kill()
+    if failure is not None:
+        raise RuntimeError(failure)
+    return [values[rank] for rank in range(world_size)]
+
+
 def check_local_launch(config: RunConfig) -> None:
     """What the spawner can check before starting ranks."""
     if config.root >= config.nproc:
@@ -277,9 +323,16 @@ class RecordingOutput:
 
     def row(self, row: Row) -> None:
         self.writer.add(row)
+        self.reporter.advance()
 
     def group_done(self, rows: list[Row]) -> None:
         self.reporter.group_done(rows)
+
+    def plan(self, steps: int) -> None:
+        self.reporter.plan(steps)
+
+    def working(self, text: str) -> None:
+        self.reporter.working(text)
 
 
 def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
@@ -311,12 +364,15 @@ def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> i
         run_sweep(config, backend, output)
         backend.barrier()
     except BaseException as exc:
+        if reporter is not None:
+            reporter.close()
         if writer is not None:
             interrupted = isinstance(exc, KeyboardInterrupt | Terminated)
             writer.finish("interrupted" if interrupted else "failed", _now(),
                           None if interrupted else str(exc))
         raise
     if writer is not None and reporter is not None:
+        reporter.close()
         writer.finish("complete", _now())
         reporter.files([shlex.quote(str(writer.csv_path)), shlex.quote(str(writer.json_path))])
     backend.shutdown()

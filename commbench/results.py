@@ -33,7 +33,7 @@ class Row:
     size_bytes: int  # the size actually used (see README: size)
     requested_bytes: int  # the size asked for, before rounding to whole elements per rank
     count_per_rank: int
-    iters: int
+    iters: int  # ops timed
     warmup: int
     time_us_p50: float
     time_us_p95: float
@@ -43,7 +43,13 @@ class Row:
     algbw_gbps: float | None
     busbw_gbps: float | None
     busbw_factor: float
-    samples_us: list[float] = field(default_factory=list)  # per iteration, max over ranks; JSON only
+    samples: int = 0  # timing samples: one per op in sync mode, one per window in async mode
+    time_us_p99: float | None = None
+    time_us_stdev: float | None = None
+    time_us_cv: float | None = None  # stdev / mean
+    ci95_rel: float | None = None  # half-width of the median's 95% CI over the median
+    samples_us: list[float] = field(default_factory=list)  # per sample, max over ranks; JSON only
+    rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean; JSON only
 
     def key(self) -> tuple:
         """What identifies the same measurement in another run."""
@@ -51,7 +57,8 @@ class Row:
                 self.backend)
 
 
-CSV_COLUMNS = [f.name for f in fields(Row) if f.name != "samples_us"]
+# Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
+CSV_COLUMNS = [f.name for f in fields(Row) if getattr(f.type, "__origin__", None) is not list]
 
 
 @dataclass

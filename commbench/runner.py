@@ -8,15 +8,18 @@ released before the next size.
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch
+
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.collectives import REGISTRY, Collective, Layout
 from commbench.config import RunConfig
 from commbench.dtypes import element_size, torch_dtype
 from commbench.errors import RunError, UsageError
 from commbench.results import Row
+from commbench.sampling import IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.sizes import format_size
-from commbench.stats import algbw_gbps, slowest_rank_per_iteration, summarize
-from commbench.timing import TIMED_LOOPS, warm_up
+from commbench.stats import algbw_gbps, summarize
+from commbench.timing import warm_up
 
 
 class Output(Protocol):
@@ -28,9 +31,21 @@ class Output(Protocol):
 
     def group_done(self, rows: list[Row]) -> None: ...
 
+    def plan(self, steps: int) -> None:
+        """The sweep will measure ``steps`` (size, mode) points."""
+
+    def working(self, text: str) -> None:
+        """Measuring the point described by ``text`` now."""
+
 
 class NullOutput:
     def note(self, text: str) -> None:
+        pass
+
+    def plan(self, steps: int) -> None:
+        pass
+
+    def working(self, text: str) -> None:
         pass
 
     def row(self, row: Row) -> None:
@@ -47,12 +62,20 @@ class PlannedSize:
     count_per_rank: int
 
 
-def plan_sizes(collective: Collective, sizes: list[int], world_size: int, dtype: str
-               ) -> tuple[list[PlannedSize], list[str]]:
+def buffer_bytes(collective: Collective, count_per_rank: int, world_size: int, root: int,
+                 dtype: str) -> int:
+    """Bytes of the largest rank's buffers for a size, from a build on the meta device (no memory)."""
+    layout = Layout(count_per_rank, world_size, root, root, torch_dtype(dtype), torch.device("meta"))
+    return sum(tensor.nbytes for tensor in collective.build(layout).tensors())
+
+
+def plan_sizes(collective: Collective, sizes: list[int], world_size: int, dtype: str,
+               max_memory: int | None = None, root: int = 0) -> tuple[list[PlannedSize], list[str]]:
     """The sizes a collective can run for this world size and dtype, and notes on what changed.
 
     A size is rounded down to whole elements in each rank's chunk; one too small for a single element
-    per rank is skipped; two requests that round to the same size run once.
+    per rank is skipped; two requests that round to the same size run once; one whose buffers would
+    exceed ``max_memory`` bytes on a rank is refused before anything is allocated.
     """
     if not collective.sized:
         return [PlannedSize(0, 0, 0)], []
@@ -62,12 +85,16 @@ def plan_sizes(collective: Collective, sizes: list[int], world_size: int, dtype:
     rounded: list[str] = []
     skipped: list[str] = []
     merged: list[str] = []
+    refused: list[str] = []
     for requested in sizes:
         count, used = collective.plan(requested, world_size, elem)
         if count == 0:
             skipped.append(format_size(requested))
         elif any(p.used == used for p in planned):
             merged.append(format_size(requested))
+        elif max_memory is not None and (
+                needed := buffer_bytes(collective, count, world_size, root, dtype)) > max_memory:
+            refused.append(f"{format_size(used)} needs {format_size(needed)} ({needed} B)")
         else:
             planned.append(PlannedSize(requested, used, count))
             if used != requested:
@@ -82,7 +109,42 @@ def plan_sizes(collective: Collective, sizes: list[int], world_size: int, dtype:
         notes.append(f"{where}: skipped sizes below {unit} B: {', '.join(skipped)}")
     if merged:
         notes.append(f"{where}: {', '.join(merged)} rounded onto a size already measured")
+    if refused:
+        notes.append(f"{where}: refused by --max-memory {format_size(max_memory or 0)} of buffers per "
+                     f"rank: {', '.join(refused)}")
     return planned, notes
+
+
+def sampling_policy(config: RunConfig) -> SamplingPolicy:
+    return SamplingPolicy(fixed_iters=config.iters, time_per_size=config.time_per_size,
+                          min_iters=config.min_iters, max_iters=config.max_iters,
+                          precision=config.precision, barrier_per_iter=config.barrier == "per-iter",
+                          cuda_graph_replays=config.cuda_graph)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One table's worth of work: a collective, a dtype and an op over the planned sizes."""
+
+    collective: Collective
+    dtype: str
+    op: str
+    sizes: list[PlannedSize]
+
+
+def plan_groups(config: RunConfig, world_size: int) -> tuple[list[Group], list[str]]:
+    groups: list[Group] = []
+    notes: list[str] = []
+    for name in config.collectives:
+        collective = REGISTRY[name]
+        # A collective that moves no data is timed once, not once per dtype.
+        for dtype in config.dtypes if collective.sized else config.dtypes[:1]:
+            planned, size_notes = plan_sizes(collective, config.sizes, world_size, dtype,
+                                             config.max_memory, config.root)
+            notes.extend(size_notes)
+            for op in config.ops if collective.reduces else [""]:
+                groups.append(Group(collective, dtype, op, planned))
+    return groups, notes
 
 
 def run_sweep(config: RunConfig, backend: Backend, output: Output) -> list[Row]:
@@ -90,28 +152,28 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output) -> list[Row]:
     world_size = backend.world_size
     if config.root >= world_size:
         raise UsageError(f"--root {config.root} is outside the world of {world_size} ranks")
+    groups, notes = plan_groups(config, world_size)
+    for text in notes:
+        output.note(text)
+    output.plan(sum(len(group.sizes) for group in groups) * len(config.modes))
+    policy = sampling_policy(config)
     all_rows: list[Row] = []
-    for name in config.collectives:
-        collective = REGISTRY[name]
-        # A collective that moves no data is timed once, not once per dtype.
-        for dtype in config.dtypes if collective.sized else config.dtypes[:1]:
-            planned, notes = plan_sizes(collective, config.sizes, world_size, dtype)
-            for text in notes:
-                output.note(text)
-            for op in config.ops if collective.reduces else [""]:
-                group_rows: list[Row] = []
-                for size in planned:
-                    for row in measure_size(config, backend, collective, dtype, op, size):
-                        output.row(row)
-                        group_rows.append(row)
-                output.group_done(group_rows)
-                all_rows.extend(group_rows)
+    for group in groups:
+        budgets = {mode: IterationBudget(policy) for mode in config.modes}
+        group_rows: list[Row] = []
+        for size in group.sizes:
+            for row in measure_size(config, backend, group, size, policy, budgets, output):
+                output.row(row)
+                group_rows.append(row)
+        output.group_done(group_rows)
+        all_rows.extend(group_rows)
     return all_rows
 
 
-def measure_size(config: RunConfig, backend: Backend, collective: Collective, dtype: str, op: str,
-                 size: PlannedSize) -> list[Row]:
+def measure_size(config: RunConfig, backend: Backend, group: Group, size: PlannedSize,
+                 policy: SamplingPolicy, budgets: dict[str, IterationBudget], output: Output) -> list[Row]:
     """One row per mode for one size; the buffers are this call's locals, released when it returns."""
+    collective, dtype, op = group.collective, group.dtype, group.op
     rank, world_size = backend.rank, backend.world_size
     mode = config.modes[0]
     try:
@@ -125,12 +187,11 @@ def measure_size(config: RunConfig, backend: Backend, collective: Collective, dt
         call = getattr(backend, collective.method)
         rows = []
         for mode in config.modes:
+            output.working(f"{collective.name} {dtype} {format_size(size.used)} {mode}")
             args.async_op = mode == "async"
             warm_up(call, backend, args, config.warmup)
-            local_seconds = TIMED_LOOPS[mode](call, backend, args, config.iters)
-            per_rank = backend.all_gather_floats(local_seconds)
-            rows.append(_make_row(config, backend, collective, dtype, op, mode, size,
-                                  slowest_rank_per_iteration(per_rank)))
+            sampled = collect(call, backend, args, mode, policy, budgets[mode], size.used)
+            rows.append(_make_row(config, backend, collective, dtype, op, mode, size, sampled))
         return rows
     except (RunError, UsageError):
         raise
@@ -140,9 +201,13 @@ def measure_size(config: RunConfig, backend: Backend, collective: Collective, dt
                        f"{format_size(size.used)} on rank {rank}: {detail}") from exc
 
 
+def _microseconds(seconds: list[float]) -> list[float]:
+    return [round(value * 1e6, 3) for value in seconds]  # the clocks resolve nanoseconds
+
+
 def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype: str, op: str,
-              mode: str, size: PlannedSize, seconds: list[float]) -> Row:
-    samples_us = [round(value * 1e6, 3) for value in seconds]  # the clocks resolve nanoseconds
+              mode: str, size: PlannedSize, sampled: Sampled) -> Row:
+    samples_us = _microseconds(sampled.slowest)
     summary = summarize(samples_us)
     factor = collective.busbw_factor(backend.world_size)
     algbw = algbw_gbps(size.used, summary.p50 * 1e-6)
@@ -157,15 +222,21 @@ def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype
         size_bytes=size.used,
         requested_bytes=size.requested,
         count_per_rank=size.count_per_rank,
-        iters=config.iters,
+        iters=sampled.ops,
+        samples=len(samples_us),
         warmup=config.warmup,
         time_us_p50=summary.p50,
         time_us_p95=summary.p95,
+        time_us_p99=summary.p99,
         time_us_min=summary.min,
         time_us_max=summary.max,
         time_us_mean=summary.mean,
+        time_us_stdev=summary.stdev,
+        time_us_cv=summary.cv,
+        ci95_rel=summary.ci95_rel,
         algbw_gbps=algbw,
         busbw_gbps=None if algbw is None else algbw * factor,
         busbw_factor=factor,
         samples_us=samples_us,
+        rank_mean_us=[sum(values) / len(values) for values in map(_microseconds, sampled.per_rank_seconds)],
     )

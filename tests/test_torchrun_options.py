@@ -36,6 +36,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     json_path, csv_path = tmp_path / "r.json", tmp_path / "r.csv"
     result = torchrun(2, "--collective", "broadcast", "--sizes", "2K", "--dtype", "bfloat16",
                       "--mode", "both", "--op", "max", "--warmup", "2", "--iters", "3", "--root", "1",
+                      "--time-per-size", "0.25", "--min-iters", "2", "--max-iters", "9", "--precision", "0.2",
+                      "--barrier", "per-iter", "--cuda-graph", "0", "--max-memory", "1G",
                       "--backend", "gloo", "--device", "cpu", "--timeout", "77", "--output-dir",
                       str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet")
     assert result.returncode == 0, result.stderr
@@ -46,10 +48,15 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert config["ops"] == ["max"] and (config["warmup"], config["iters"], config["root"]) == (2, 3, 1)
     assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 77.0)
     assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    assert (config["time_per_size"], config["min_iters"], config["max_iters"]) == (0.25, 2, 9)
+    assert (config["precision"], config["barrier"], config["cuda_graph"]) == (0.2, "per-iter", 0)
+    assert config["max_memory"] == 1 << 30
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
     run_options = {name for param in cli.commands["run"].params if isinstance(param, click.Option)
                    for name in param.opts if name.startswith("--")}
     exercised = {"--collective", "--sizes", "--dtype", "--mode", "--op", "--warmup", "--iters", "--root",
-                 "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet"}
+                 "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet",
+                 "--time-per-size", "--min-iters", "--max-iters", "--precision", "--barrier", "--cuda-graph",
+                 "--max-memory"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
