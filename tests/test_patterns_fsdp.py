@@ -68,9 +68,11 @@ def test_bucket_sizes_parse_to_capacities():
     buckets = parse_buckets("unit, 0,1,25,1.0,2.5")
     assert [b.label for b in buckets] == ["unit", "0", "1", "25", "2.5"]
     assert [b.capacity_bytes for b in buckets] == [None, 0, MIB, 25 * MIB, int(2.5 * MIB)]
-    plan = shard_model(load_model("tiny"), 4)
+    plan = shard_model(load_model("gpt2-small"), 4)
     assert buckets[3].capacity_elements(plan, 4) == 25 * MIB // 16  # all ranks' chunks share the bytes
-    assert buckets[0].capacity_elements(plan, 4) == plan.max_unit_shard
+    assert buckets[0].capacity_elements(plan, 4) == plan.max_unit_shard == plan.units[0].shard_numel
+    tiny = shard_model(load_model("tiny"), 4)
+    assert buckets[3].capacity_elements(tiny, 4) == tiny.shard_numel  # never more than the whole model
 
 
 def test_overlap_percent_is_osu_s_formula():
