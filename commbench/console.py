@@ -120,7 +120,12 @@ class ConsoleReporter:
         self.console.print(f"[dim]note:[/dim] {escape(text)}")
 
     def group_done(self, rows: list[Row]) -> None:
-        if rows:
+        if rows and rows[0].pattern:  # a workload pattern's rows have tables of their own
+            from commbench.patterns.tables import pattern_tables
+
+            for renderable in pattern_tables(rows):
+                self.console.print(renderable)
+        elif rows:
             self.console.print(rows_table(rows))
 
     def files(self, paths: Iterable[str]) -> None:

@@ -33,6 +33,9 @@ from commbench.errors import RunError, Terminated, UsageError
 from commbench.results import ResultWriter, Row, RunMeta
 from commbench.runner import NullOutput, Output, run_sweep
 
+# What a rank runs once its backend is up: the sweep, or a workload pattern (commbench.patterns).
+# Its config is a RunConfig or a pattern's config with the same launch fields.
+Work = Callable[[RunConfig, Backend, Output], object]
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
                          "OMP_NUM_THREADS")
@@ -240,7 +243,7 @@ def run_on_local_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: flo
 
 def check_local_launch(config: RunConfig) -> None:
     """What the spawner can check before starting ranks."""
-    if config.root >= config.nproc:
+    if getattr(config, "root", 0) >= config.nproc:  # pattern configs have no root
         raise UsageError(f"--root {config.root} is outside the world of {config.nproc} ranks")
     if config.device == "cuda" and config.nproc > torch.cuda.device_count():
         raise UsageError(f"--nproc {config.nproc} needs {config.nproc} CUDA devices (one per rank); "
@@ -249,14 +252,15 @@ def check_local_launch(config: RunConfig) -> None:
 
 # --- one rank's run -----------------------------------------------------------------------------
 
-def launch(config: RunConfig, environ: Mapping[str, str] | None = None) -> int:
-    """Run the benchmark: as one rank of a launched job, or by spawning local ranks."""
+def launch(config: RunConfig, environ: Mapping[str, str] | None = None, work: Work = run_sweep) -> int:
+    """Run the benchmark (``work``, the sweep by default): as one rank of a launched job, or by
+    spawning local ranks that re-run the same command line."""
     environ = os.environ if environ is None else environ
     info = detect(environ, config.backend)
     if info is None:
         check_local_launch(config)
         return spawn_local(config.argv, config.nproc)
-    return run_rank(config, info, environ)
+    return run_rank(config, info, environ, work)
 
 
 def select_device(config: RunConfig, info: RankInfo) -> torch.device:
@@ -346,7 +350,7 @@ def _raise_terminated(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
-def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> int:
+def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str], work: Work = run_sweep) -> int:
     signal.signal(signal.SIGTERM, _raise_terminated)
     backend = start_backend(config, info)
     writer: ResultWriter | None = None
@@ -361,7 +365,7 @@ def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> i
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        run_sweep(config, backend, output)
+        work(config, backend, output)
         backend.barrier()
     except BaseException as exc:
         if reporter is not None:

@@ -50,11 +50,23 @@ class Row:
     ci95_rel: float | None = None  # half-width of the median's 95% CI over the median
     samples_us: list[float] = field(default_factory=list)  # per sample, max over ranks; JSON only
     rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean; JSON only
+    # Workload-pattern rows (commbench pattern ...); empty/None on sweep rows, so older files still load.
+    pattern: str = ""  # 'fsdp'
+    model: str = ""  # the model spec's name ('llama-7b/layers=2' when cut down)
+    unit: str = ""  # the FSDP unit; '' for a whole step or the final flush
+    phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute
+    bucket_mb: str = ""  # reduce-scatter bucketing: 'unit' or the bucket size in MiB ('0': per parameter)
+    predivide: float | None = None  # gradient division before the reduce-scatter
+    postdivide: float | None = None  # and after it
+    calls_per_step: int | None = None  # collectives (or matmuls) per step in this row
+    overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
+    compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
 
     def key(self) -> tuple:
         """What identifies the same measurement in another run."""
         return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
-                self.backend)
+                self.backend, self.pattern, self.model, self.unit, self.phase, self.bucket_mb,
+                self.predivide, self.postdivide)
 
 
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
