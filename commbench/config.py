@@ -17,6 +17,7 @@ from commbench.groups import check_group_options
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
 MODES = ("sync", "async")
+BARRIERS = ("none", "per-iter")
 REDUCE_OPS = ("sum", "avg", "min", "max", "prod", "premul_sum")
 DEFAULT_SIZES = "1K:16M"
 
@@ -29,7 +30,14 @@ class RunConfig:
     modes: list[str] = field(default_factory=lambda: ["sync"])
     ops: list[str] = field(default_factory=lambda: ["sum"])
     warmup: int = 5
-    iters: int = 20
+    iters: int | None = None  # None: adaptive (see sampling.py); a number fixes the count
+    time_per_size: float = 0.5  # adaptive: seconds of timed ops per size and mode
+    min_iters: int = 5
+    max_iters: int = 1000
+    precision: float = 0.05  # adaptive: stop once the median is known to +- this fraction
+    barrier: str = "none"  # sync mode: none | per-iter
+    cuda_graph: int = 0  # replays of a captured window; 0: no graph
+    max_memory: int | None = None  # bytes of buffers per rank above which a size is refused
     root: int = 0
     backend: str | None = None  # None: nccl when CUDA is available, else gloo
     device: str | None = None  # None: cuda for nccl/ucc when available, else cpu
@@ -83,7 +91,21 @@ def resolve(config: RunConfig) -> RunConfig:
     if any(size < 0 for size in config.sizes):
         raise UsageError("sizes must not be negative")
     _check_count("--warmup", config.warmup, minimum=0)
-    _check_count("--iters", config.iters, minimum=1)
+    if config.iters is not None:
+        _check_count("--iters", config.iters, minimum=1)
+    _check_count("--min-iters", config.min_iters, minimum=1)
+    _check_count("--max-iters", config.max_iters, minimum=1)
+    if config.min_iters > config.max_iters:
+        raise UsageError(f"--min-iters {config.min_iters} is above --max-iters {config.max_iters}")
+    if config.time_per_size <= 0:
+        raise UsageError(f"--time-per-size {config.time_per_size:g} must be above 0 seconds")
+    if not 0 < config.precision < 1:
+        raise UsageError(f"--precision {config.precision:g} must be a fraction between 0 and 1, e.g. 0.05")
+    if config.barrier not in BARRIERS:
+        raise UsageError(f"unknown --barrier {config.barrier!r}; choose {' or '.join(BARRIERS)}")
+    _check_count("--cuda-graph", config.cuda_graph, minimum=0)
+    if config.max_memory is not None and config.max_memory <= 0:
+        raise UsageError("--max-memory must be above 0 bytes")
     _check_count("--nproc", config.nproc, minimum=1)
     if config.root < 0:
         raise UsageError(f"--root {config.root} must not be negative")
@@ -94,6 +116,9 @@ def resolve(config: RunConfig) -> RunConfig:
         raise UsageError(f"--skew-threshold {config.skew_threshold_percent:g} must not be negative")
 
     backend, device = _resolve_backend_and_device(config.backend, config.device)
+    if config.cuda_graph and (device != "cuda" or backend != "nccl"):
+        raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
+                         "and --backend nccl")
     return replace(config, collectives=collectives, dtypes=dtypes, modes=modes, ops=ops,
                    backend=backend, device=device)
 

@@ -8,6 +8,15 @@ from collections.abc import Iterable
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from commbench.results import Row, RunMeta
@@ -49,7 +58,7 @@ def rows_table(rows: Iterable[Row]) -> Table:
     spread = {mode: any(len(row.samples_us) > 1 for row in rows if row.mode == mode) for mode in modes}
     for mode in modes:
         prefix = f"{mode} " if len(modes) > 1 else ""
-        times = ("p50 µs", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
+        times = ("p50 µs", "±95%", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
         for name in (*times, "algbw GB/s", "busbw GB/s"):
             table.add_column(prefix + name, justify="right")
     by_size: dict[int, dict[str, Row]] = {}
@@ -59,12 +68,15 @@ def rows_table(rows: Iterable[Row]) -> Table:
         cells = [format_size(size), str(next(iter(per_mode.values())).count_per_rank)]
         for mode in modes:
             row = per_mode.get(mode)
-            width = 6 if spread[mode] else 3
             if row is None:
-                cells.extend(["-"] * width)
+                cells.extend(["-"] * (7 if spread[mode] else 3))
                 continue
-            times = [row.time_us_p50, row.time_us_p95, row.time_us_min, row.time_us_max]
-            cells.extend(_number(value, 1) for value in times[: width - 2])
+            if spread[mode]:
+                interval = "-" if row.ci95_rel is None else f"{100 * row.ci95_rel:.1f}%"
+                cells.extend([_number(row.time_us_p50, 1), interval, _number(row.time_us_p95, 1),
+                              _number(row.time_us_min, 1), _number(row.time_us_max, 1)])
+            else:
+                cells.append(_number(row.time_us_p50, 1))
             cells.extend([_number(row.algbw_gbps, 3), _number(row.busbw_gbps, 3)])
         table.add_row(*cells)
     return table
@@ -119,7 +131,11 @@ def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: flo
 
 
 class ConsoleReporter:
-    """Prints what the runner reports; only rank 0 has one."""
+    """Prints what the runner reports; only rank 0 has one.
+
+    On a terminal a progress bar (what is being measured, how far, ETA) sits below the tables; off a
+    terminal, or with --quiet, there is none.
+    """
 
     def __init__(self, console: Console, per_rank: bool = False, skew_threshold: float = 25.0) -> None:
         self.console = console
@@ -127,6 +143,30 @@ class ConsoleReporter:
         self.skew_threshold = skew_threshold
         self.hostnames: list[str] = []
         self.group_of: dict[int, int] = {}
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def plan(self, steps: int) -> None:
+        if not self.console.is_terminal or self.console.quiet or steps == 0:
+            return
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                  console=self.console, transient=True)
+        self._task = self._progress.add_task("starting", total=steps)
+        self._progress.start()
+
+    def working(self, text: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=escape(text))
+
+    def advance(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
     def header(self, meta: RunMeta) -> None:
         self.hostnames = list(meta.hostnames)
@@ -141,8 +181,14 @@ class ConsoleReporter:
     def group_done(self, rows: list[Row]) -> None:
         if not rows:
             return
+        if rows[0].pattern:  # a workload pattern's rows have tables of their own
+            from commbench.patterns.tables import pattern_tables
+
+            for renderable in pattern_tables(rows):
+                self.console.print(renderable)
+            return
         self.console.print(rows_table(rows))
-        if self.per_rank:
+        if self.per_rank and rows[0].rank_skew_us:
             self.console.print(per_rank_table(rows, self.hostnames, self.group_of))
         line = straggler_line(rows, self.hostnames, self.skew_threshold)
         if line:

@@ -5,6 +5,7 @@ This is the one module that reads environment variables.
 """
 
 import ctypes
+import multiprocessing
 import os
 import platform
 import shlex
@@ -13,11 +14,13 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,9 +33,13 @@ from commbench.console import ConsoleReporter, make_console
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
 from commbench.groups import GroupPlan, Membership, format_ranks, split_by_hosts, split_world, world_plan
 from commbench.results import ResultWriter, Row, RunMeta
-from commbench.runner import NullOutput, Output, run_sweep
+from commbench.runner import NullOutput, Output, Session, run_sweep
 from commbench.sizes import parse_size
 
+# What a rank runs once its backend is up: the sweep, or a workload pattern (commbench.patterns).
+# Its config is a RunConfig or a pattern's config with the same launch fields.
+# What a rank runs once launch has set it up: the sweep, or a workload pattern.
+Work = Callable[[RunConfig, Backend, Output, Session], object]
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the system's says too little
 # Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
@@ -218,12 +225,55 @@ def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, failure_grace
 
 def check_world(config: RunConfig, world_size: int) -> None:
     """What can be checked once the world size is known, before any process group starts."""
-    if config.group_size is not None:
-        plan = split_world(world_size, config.group_size, config.group_layout or "contiguous")
-        if config.root >= plan.size and not plan.is_world:
-            raise UsageError(f"--root {config.root} is outside a group of {plan.size} ranks")
-    if config.root >= world_size:
-        raise UsageError(f"--root {config.root} is outside the world of {world_size} ranks")
+    root = getattr(config, "root", 0)  # pattern configs have no root and no groups
+    group_size = getattr(config, "group_size", None)
+    if group_size is not None:
+        plan = split_world(world_size, group_size, config.group_layout or "contiguous")
+        if root >= plan.size and not plan.is_world:
+            raise UsageError(f"--root {root} is outside a group of {plan.size} ranks")
+    if root >= world_size:
+        raise UsageError(f"--root {root} is outside the world of {world_size} ranks")
+def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        backend = TorchDistBackend.create("gloo", torch.device("cpu"), rank, world_size, "127.0.0.1", port,
+                                          timeout_s=120)
+        value = fn(rank, world_size, *args)
+        backend.barrier()
+        backend.shutdown()
+        results.put((rank, None, value))
+    except BaseException:
+        results.put((rank, traceback.format_exc(), None))
+
+
+def run_on_local_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
+    """``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined in a gloo group; the
+    values they return, by rank. For scripts and tests that drive commbench's pieces directly.
+    ``fn`` must be importable (a module-level function)."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_function_rank, args=(fn, rank, world_size, port, args, results))
+             for rank in range(world_size)]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    failure: str | None = None
+    try:
+        while len(values) < world_size and failure is None:
+            rank, error, value = results.get(timeout=timeout_s)
+            if error is None:
+                values[rank] = value
+            else:
+                failure = f"rank {rank} failed:\n{error}"
+    finally:
+        for proc in procs:
+            proc.join(timeout=1 if failure else 10)
+            if proc.is_alive():
+                proc.kill()
+    if failure is not None:
+        raise RuntimeError(failure)
+    return [values[rank] for rank in range(world_size)]
 
 
 def check_local_launch(config: RunConfig) -> None:
@@ -236,14 +286,15 @@ def check_local_launch(config: RunConfig) -> None:
 
 # --- one rank's run -----------------------------------------------------------------------------
 
-def launch(config: RunConfig, environ: Mapping[str, str] | None = None) -> int:
-    """Run the benchmark: as one rank of a launched job, or by spawning local ranks."""
+def launch(config: RunConfig, environ: Mapping[str, str] | None = None, work: Work = run_sweep) -> int:
+    """Run the benchmark (``work``, the sweep by default): as one rank of a launched job, or by
+    spawning local ranks that re-run the same command line."""
     environ = os.environ if environ is None else environ
     info = detect(environ, config.backend)
     if info is None:
         check_local_launch(config)
         return spawn_local(config.argv, config.nproc)
-    return run_rank(config, info, environ)
+    return run_rank(config, info, environ, work)
 
 
 def select_device(config: RunConfig, info: RankInfo) -> torch.device:
@@ -282,12 +333,12 @@ def make_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def plan_groups(config: RunConfig, hostnames: list[str]) -> GroupPlan:
-    """The run's groups; presets need every rank's host name, so this runs after the start."""
+def split_into_groups(config: RunConfig, hostnames: list[str]) -> GroupPlan:
+    """The run's sub-communicators; presets need every rank's host name, so this runs after the start."""
     world_size = len(hostnames)
-    if config.groups is not None:
+    if getattr(config, "groups", None) is not None:
         return split_by_hosts(hostnames, config.groups)
-    if config.group_size is not None:
+    if getattr(config, "group_size", None) is not None:
         return split_world(world_size, config.group_size, config.group_layout or "contiguous")
     return world_plan(world_size)
 
@@ -338,9 +389,16 @@ class RecordingOutput:
 
     def row(self, row: Row) -> None:
         self.writer.add(row)
+        self.reporter.advance()
 
     def group_done(self, rows: list[Row]) -> None:
         self.reporter.group_done(rows)
+
+    def plan(self, steps: int) -> None:
+        self.reporter.plan(steps)
+
+    def working(self, text: str) -> None:
+        self.reporter.working(text)
 
 
 def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
@@ -351,29 +409,33 @@ def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
 
 
 class StopRequests:
-    """SIGINT/SIGTERM on a rank: the first asks the sweep to stop at the next size (every rank agrees
-    there, so none is left waiting in a collective); a second stops this rank at once."""
+    """SIGINT/SIGTERM on a rank: the first asks the work to stop at its next boundary (the sweep: the
+    next size, where every rank agrees, so none is left waiting in a collective); a second stops this
+    rank at once. Work that never asks (a pattern), or a signal before the work first asks, stops at
+    once too."""
 
     def __init__(self) -> None:
         self.signum = 0
+        self.polled = False
 
     def install(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: object) -> None:
-        if self.signum:
+        if self.signum or not self.polled:
             raise Terminated(signum)
         self.signum = signum
 
     def requested(self) -> int:
+        self.polled = True
         return self.signum
 
 
 def apply_test_faults(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> RunConfig:
     """COMMBENCH_TEST_SKIP=RANK:SIZE (tests only): that rank's sweep leaves SIZE out."""
     spec = environ.get(TEST_SKIP_ENV)
-    if not spec:
+    if not spec or not hasattr(config, "sizes"):
         return config
     rank_text, _, size_text = spec.partition(":")
     if int(rank_text) != info.rank:
@@ -382,7 +444,7 @@ def apply_test_faults(config: RunConfig, info: RankInfo, environ: Mapping[str, s
     return replace(config, sizes=[size for size in config.sizes if size != skipped])
 
 
-def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> int:
+def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str], work: Work = run_sweep) -> int:
     check_world(config, info.world_size)
     config = apply_test_faults(config, info, environ)
     stops = StopRequests()
@@ -393,44 +455,52 @@ def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> i
     reporter: ConsoleReporter | None = None
     try:
         hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
-        plan = plan_groups(config, hostnames)
+        plan = split_into_groups(config, hostnames)
         membership = join_groups(backend, plan)
         if info.rank == 0:
             meta = build_meta(config, info, backend, hostnames, environ, plan)
-            reporter = ConsoleReporter(make_console(config.quiet), per_rank=config.per_rank,
-                                       skew_threshold=config.skew_threshold_percent)
+            reporter = ConsoleReporter(make_console(config.quiet),
+                                       per_rank=getattr(config, "per_rank", False),  # not on patterns
+                                       skew_threshold=getattr(config, "skew_threshold_percent", 25.0))
             reporter.header(meta)
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        run_sweep(config, backend, output, membership, stops.requested)
+        work(config, backend, output, Session(membership, stops.requested))
         backend.barrier()
-    except (Terminated, KeyboardInterrupt) as exc:
-        if writer is not None:
-            signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
-            writer.finish("interrupted", _now(), f"stopped by {signal.Signals(signum).name}")
-        raise
-    except UsageError as exc:
-        # Every rank finds the same problem with the same input: one message, from rank 0.
-        if writer is not None:
-            writer.finish("failed", _now(), str(exc))
-        if info.rank != 0:
-            raise AlreadyReported(exc.exit_code) from exc
-        raise
-    except RunError as exc:
-        error = _with_peer_accounts(exc, backend, config)
-        if writer is not None:
-            writer.finish("failed", _now(), error)
-        raise RunError(error) from exc
     except BaseException as exc:
-        if writer is not None:
-            writer.finish("failed", _now(), f"{type(exc).__name__}: {exc}")
-        raise
+        if reporter is not None:
+            reporter.close()
+        raise _finish_failed(exc, info, backend, writer, config) from exc
     if writer is not None and reporter is not None:
+        reporter.close()
         writer.finish("complete", _now())
         reporter.files([shlex.quote(str(writer.csv_path)), shlex.quote(str(writer.json_path))])
     backend.shutdown()
     return 0
+
+
+def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, writer: ResultWriter | None,
+                   config: RunConfig) -> BaseException:
+    """Record how the run ended (rank 0's files) and return what to raise for the exit status."""
+    if isinstance(exc, Terminated | KeyboardInterrupt):
+        signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
+        if writer is not None:
+            writer.finish("interrupted", _now(), f"stopped by {signal.Signals(signum).name}")
+        return exc
+    if isinstance(exc, UsageError):
+        if writer is not None:
+            writer.finish("failed", _now(), str(exc))
+        # Every rank finds the same problem with the same input: one message, from rank 0.
+        return exc if info.rank == 0 else AlreadyReported(exc.exit_code)
+    if isinstance(exc, RunError):
+        error = _with_peer_accounts(exc, backend, config)
+        if writer is not None:
+            writer.finish("failed", _now(), error)
+        return RunError(error)
+    if writer is not None:
+        writer.finish("failed", _now(), f"{type(exc).__name__}: {exc}")
+    return exc
 
 
 def _with_peer_accounts(exc: RunError, backend: Backend, config: RunConfig) -> str:

@@ -102,13 +102,19 @@ class TimedRegion:
 
 
 def time_sync(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
-              iters: int) -> TimedRegion:
-    """Per-op seconds on this rank, each op completed before the next is issued."""
+              iters: int, barrier_per_iter: bool = False) -> TimedRegion:
+    """Per-op seconds on this rank, each op completed before the next is issued, and its arrivals.
+
+    With ``barrier_per_iter`` every op starts from a barrier (outside its timed span), so ranks enter
+    each op together, as nccl-tests' -z does; without it ranks run back to back.
+    """
     args.async_op = False
     timer = make_timer(backend, iters)
     backend.barrier()
     origin_ns = time.perf_counter_ns()
     for slot in range(iters):
+        if barrier_per_iter:
+            backend.barrier()
         timer.start(slot)
         call(args)
         timer.finish(slot, args)
@@ -130,4 +136,29 @@ def time_async(call: Callable[[CollectiveArgs], None], backend: Backend, args: C
     return TimedRegion([seconds / iters for seconds in timer.seconds()], timer.arrivals(origin_ns))
 
 
-TIMED_LOOPS: dict[str, Callable[..., TimedRegion]] = {"sync": time_sync, "async": time_async}
+def time_cuda_graph(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
+                    ops: int, replays: int) -> TimedRegion:
+    """Seconds per op over each of ``replays`` replays of a CUDA graph holding ``ops`` ops.
+
+    Capturing takes the host's launch cost out of the measurement: what is left is the device's own
+    time for the collectives, back to back. A replay's arrival is when the host launched it.
+    """
+    args.async_op = False
+    side = torch.cuda.Stream(backend.device)
+    side.wait_stream(torch.cuda.current_stream(backend.device))
+    with torch.cuda.stream(side):  # one eager op on a side stream before capture, as capture requires
+        call(args)
+    torch.cuda.current_stream(backend.device).wait_stream(side)
+    backend.sync_device()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ops):
+            call(args)
+    timer = CudaEventTimer(backend, replays)
+    backend.barrier()
+    origin_ns = time.perf_counter_ns()
+    for slot in range(replays):
+        timer.start(slot)
+        graph.replay()
+        timer.finish(slot, args)
+    return TimedRegion([seconds / ops for seconds in timer.seconds()], timer.arrivals(origin_ns))

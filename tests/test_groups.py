@@ -12,7 +12,7 @@ from commbench.config import RunConfig, resolve
 from commbench.console import straggler_line
 from commbench.errors import UsageError
 from commbench.groups import Membership, split_by_hosts, split_world
-from commbench.runner import NullOutput, run_sweep
+from commbench.runner import NullOutput, Session, run_sweep
 from commbench.sizes import parse_sizes
 from commbench.stats import arrival_skews, last_to_arrive
 from tests.dist_helpers import commbench, run_ranks
@@ -113,7 +113,7 @@ def _sweep_with_a_straggler(rank: int, world_size: int) -> list:
     backend = SlowToFinishBackend("gloo", torch.device("cpu"))
     config = resolve(RunConfig(sizes=parse_sizes("1K,4K"), iters=8, warmup=1))
     plan = split_world(world_size, world_size)
-    return run_sweep(config, backend, NullOutput(), Membership(plan, None, rank))
+    return run_sweep(config, backend, NullOutput(), Session(Membership(plan, None, rank)))
 
 
 def test_a_slow_rank_is_found_by_its_arrival_skew():
