@@ -115,7 +115,7 @@ def resolve(config: RunConfig) -> RunConfig:
     if config.skew_threshold_percent < 0:
         raise UsageError(f"--skew-threshold {config.skew_threshold_percent:g} must not be negative")
 
-    backend, device = _resolve_backend_and_device(config.backend, config.device)
+    backend, device = resolve_backend_and_device(config.backend, config.device)
     if config.cuda_graph and (device != "cuda" or backend != "nccl"):
         raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
                          "and --backend nccl")
@@ -128,7 +128,7 @@ def _check_count(flag: str, value: int, minimum: int) -> None:
         raise UsageError(f"{flag} {value} must be at least {minimum}")
 
 
-def _resolve_backend_and_device(backend: str | None, device: str | None) -> tuple[str, str]:
+def resolve_backend_and_device(backend: str | None, device: str | None) -> tuple[str, str]:
     cuda = torch.cuda.is_available()
     if backend is None:
         backend = "nccl" if cuda and device != "cpu" else "gloo"

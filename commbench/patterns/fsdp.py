@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.config import _resolve_backend_and_device
+from commbench.config import resolve_backend_and_device
 from commbench.dtypes import canonical_dtype, torch_dtype
 from commbench.errors import RunError, Terminated, UsageError
 from commbench.patterns import overlap as overlap_math
@@ -101,7 +101,7 @@ def resolve_fsdp(config: FsdpConfig) -> FsdpConfig:
             raise UsageError(f"{flag} {value} must be at least {minimum}")
     if config.timeout_s <= 0:
         raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
-    backend, device = _resolve_backend_and_device(config.backend, config.device)
+    backend, device = resolve_backend_and_device(config.backend, config.device)
     return replace(config, dtype=dtype, buckets=buckets, compute_size=compute_size, backend=backend,
                    device=device)
 
