@@ -13,7 +13,7 @@ from commbench import __version__
 from commbench.collectives import REGISTRY
 from commbench.config import MODES, REDUCE_OPS, RunConfig, parse_list, resolve
 from commbench.dtypes import known_dtypes
-from commbench.errors import RunError, Terminated, UsageError
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
 from commbench.sizes import parse_size, parse_sizes
 
 DEFAULTS = RunConfig()
@@ -79,6 +79,20 @@ def cli() -> None:
 @click.option("--csv", "csv_path", default=None, help="Write the CSV exactly here instead.")
 @click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
+@click.option("--group-size", type=int, default=None,
+              help="Split the world into groups of this many ranks that run each collective at once "
+                   "(bandwidth is per group).")
+@click.option("--group-layout", default=None,
+              help="contiguous (ranks 0..K-1, K..2K-1, ...) or strided (r, r+G, r+2G, ... for G groups) "
+                   "[default: contiguous].")
+@click.option("--groups", "groups", default=None,
+              help="Groups from the ranks' hosts: intra-node (the ranks of each host) or inter-node "
+                   "(one rank per host).")
+@click.option("--per-rank", is_flag=True, help="Print each rank's mean time and arrival skew per size.")
+@click.option("--skew-threshold", "skew_threshold_percent", type=float,
+              default=DEFAULTS.skew_threshold_percent, show_default=True,
+              help="Name the slowest rank when a rank's arrival skew exceeds this percentage of the "
+                   "p50 time.")
 @click.pass_context
 def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, op: str,
         max_memory: str | None, **options) -> int:
@@ -187,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunError as exc:
         print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
-    except Terminated as exc:
+    except (Terminated, AlreadyReported) as exc:
         return exc.exit_code
     except (KeyboardInterrupt, click.Abort):
         return 130

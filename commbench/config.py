@@ -12,6 +12,7 @@ import torch.distributed as dist
 from commbench.collectives import resolve_collectives
 from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError, did_you_mean
+from commbench.groups import check_group_options
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
@@ -46,6 +47,11 @@ class RunConfig:
     csv_path: str | None = None
     json_path: str | None = None
     quiet: bool = False
+    group_size: int | None = None  # ranks per sub-communicator (None: the whole world is one group)
+    group_layout: str | None = None  # contiguous (default with group_size) or strided
+    groups: str | None = None  # intra-node or inter-node: groups from the ranks' host names
+    per_rank: bool = False  # print each rank's mean time and arrival skew
+    skew_threshold_percent: float = 25.0  # a skew above this % of the p50 time names the straggler
     argv: list[str] = field(default_factory=list)  # the command line, recorded with results
 
 
@@ -105,6 +111,9 @@ def resolve(config: RunConfig) -> RunConfig:
         raise UsageError(f"--root {config.root} must not be negative")
     if config.timeout_s <= 0:
         raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
+    check_group_options(config.group_size, config.group_layout, config.groups)
+    if config.skew_threshold_percent < 0:
+        raise UsageError(f"--skew-threshold {config.skew_threshold_percent:g} must not be negative")
 
     backend, device = resolve_backend_and_device(config.backend, config.device)
     if config.cuda_graph and (device != "cuda" or backend != "nccl"):

@@ -48,8 +48,16 @@ class Row:
     time_us_stdev: float | None = None
     time_us_cv: float | None = None  # stdev / mean
     ci95_rel: float | None = None  # half-width of the median's 95% CI over the median
+    # Sub-communicators: the collective ran in group_count groups of group_size ranks at once (files
+    # written before groups existed load as one group of the whole world).
+    group_size: int = 0
+    group_layout: str = "world"  # world, contiguous, strided, intra-node, inter-node
+    group_count: int = 1
+    skew_us_max: float | None = None  # the largest rank's mean arrival skew (see README: skew)
+    slowest_rank: int | None = None  # the rank its group waited for: the smallest arrival skew
     samples_us: list[float] = field(default_factory=list)  # per sample, max over ranks; JSON only
     rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean; JSON only
+    rank_skew_us: list[float] = field(default_factory=list)  # each rank's mean arrival skew; JSON only
     # Workload-pattern rows (commbench pattern ...); empty/None on sweep rows, so older files still load.
     pattern: str = ""  # 'fsdp'
     model: str = ""  # the model spec's name ('llama-7b/layers=2' when cut down)
@@ -62,11 +70,15 @@ class Row:
     overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
     compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
 
+    def __post_init__(self) -> None:
+        if not self.group_size:
+            self.group_size = self.world_size
+
     def key(self) -> tuple:
         """What identifies the same measurement in another run."""
         return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
                 self.backend, self.pattern, self.model, self.unit, self.phase, self.bucket_mb,
-                self.predivide, self.postdivide)
+                self.predivide, self.postdivide, self.group_size, self.group_layout)
 
 
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
@@ -92,6 +104,7 @@ class RunMeta:
     status: str = "running"  # running | complete | failed | interrupted
     finished_at: str | None = None
     error: str | None = None
+    groups: dict[str, Any] = field(default_factory=dict)  # layout, size, count, members (GroupPlan)
 
 
 def _clean(value: Any) -> Any:

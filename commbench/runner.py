@@ -3,8 +3,14 @@
 The runner reads descriptors from the registry and calls the backend method each names; it has no
 per-collective branches. Buffers are allocated and filled once per size, before any timed region, and
 released before the next size.
+
+With sub-communicators every group runs the same collective at the same size at once; a rank's buffers,
+root and peer are those of its group (n = the group size). Before each size every rank checks in
+(Backend.check_in): a rank that does not arrive is named at the deadline instead of hanging a
+collective, and a stop asked for by a signal on any rank is agreed on by all, between sizes.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -14,11 +20,12 @@ from commbench.backends.base import Backend, CollectiveArgs
 from commbench.collectives import REGISTRY, Collective, Layout
 from commbench.config import RunConfig
 from commbench.dtypes import element_size, torch_dtype
-from commbench.errors import RunError, UsageError
+from commbench.errors import RunError, Terminated, UsageError, brief
+from commbench.groups import Membership, world_plan
 from commbench.results import Row
 from commbench.sampling import IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.sizes import format_size
-from commbench.stats import algbw_gbps, summarize
+from commbench.stats import algbw_gbps, arrival_skews, last_to_arrive, summarize
 from commbench.timing import warm_up
 
 
@@ -133,6 +140,7 @@ class Group:
 
 
 def plan_groups(config: RunConfig, world_size: int) -> tuple[list[Group], list[str]]:
+    """The tables of the sweep; ``world_size`` is the ranks one collective spans (a group's size)."""
     groups: list[Group] = []
     notes: list[str] = []
     for name in config.collectives:
@@ -147,12 +155,34 @@ def plan_groups(config: RunConfig, world_size: int) -> tuple[list[Group], list[s
     return groups, notes
 
 
-def run_sweep(config: RunConfig, backend: Backend, output: Output) -> list[Row]:
-    """Every row of the sweep, reported to ``output`` as each finishes."""
-    world_size = backend.world_size
-    if config.root >= world_size:
-        raise UsageError(f"--root {config.root} is outside the world of {world_size} ranks")
-    groups, notes = plan_groups(config, world_size)
+def _no_stop() -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class Session:
+    """What launch sets up once for a rank besides the backend: the sub-communicator it measures in,
+    and the stop requests (signals) that every rank agrees on between sizes."""
+
+    membership: Membership
+    stop_requested: Callable[[], int] = _no_stop
+
+
+def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Session | None = None
+              ) -> list[Row]:
+    """Every row of the sweep, reported to ``output`` as each finishes.
+
+    ``session.stop_requested`` returns the signal number a user sent this rank (0: none); the sweep stops
+    at the next size boundary that every rank reaches, raising Terminated on all of them.
+    """
+    session = session or Session(Membership(world_plan(backend.world_size), None, backend.rank))
+    membership = session.membership
+    group_size = membership.plan.size
+    if config.root >= group_size:
+        where = f"the world of {group_size} ranks" if membership.plan.is_world \
+            else f"a group of {group_size} ranks"
+        raise UsageError(f"--root {config.root} is outside {where}")
+    groups, notes = plan_groups(config, group_size)
     for text in notes:
         output.note(text)
     output.plan(sum(len(group.sizes) for group in groups) * len(config.modes))
@@ -162,28 +192,50 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output) -> list[Row]:
         budgets = {mode: IterationBudget(policy) for mode in config.modes}
         group_rows: list[Row] = []
         for size in group.sizes:
-            for row in measure_size(config, backend, group, size, policy, budgets, output):
+            _check_in(config, backend, membership, _step_label(group, size), session.stop_requested)
+            for row in measure_size(config, backend, group, size, policy, budgets, output, membership):
                 output.row(row)
                 group_rows.append(row)
         output.group_done(group_rows)
         all_rows.extend(group_rows)
+    # Every rank has finished measuring: a stop asked for during the last size has nothing left to stop.
+    _check_in(config, backend, membership, "the end of the sweep", _no_stop)
     return all_rows
 
 
+def _step_label(group: Group, size: PlannedSize) -> str:
+    """What is about to be measured, as messages name it."""
+    detail = f"{group.dtype}, {group.op}" if group.op else group.dtype
+    return f"{group.collective.name} ({detail}) at size {format_size(size.used)}"
+
+
+def _check_in(config: RunConfig, backend: Backend, membership: Membership, label: str,
+              stop_requested: Callable[[], int]) -> None:
+    # The signature holds what every rank must agree on for the step to be the same collective work.
+    plan = membership.plan
+    signature = (f"{label}|{'+'.join(config.modes)}|{config.warmup}|{config.iters}|{config.barrier}|"
+                 f"{config.cuda_graph}|{plan.layout}:{plan.count}x{plan.size}")
+    stop = backend.check_in(label, signature, stop_requested())
+    if stop:
+        raise Terminated(stop)
+
+
 def measure_size(config: RunConfig, backend: Backend, group: Group, size: PlannedSize,
-                 policy: SamplingPolicy, budgets: dict[str, IterationBudget], output: Output) -> list[Row]:
+                 policy: SamplingPolicy, budgets: dict[str, IterationBudget], output: Output,
+                 membership: Membership | None = None) -> list[Row]:
     """One row per mode for one size; the buffers are this call's locals, released when it returns."""
     collective, dtype, op = group.collective, group.dtype, group.op
-    rank, world_size = backend.rank, backend.world_size
+    membership = membership or Membership(world_plan(backend.world_size), None, backend.rank)
+    rank = backend.rank
     mode = config.modes[0]
     try:
-        layout = Layout(size.count_per_rank, world_size, rank, config.root, torch_dtype(dtype),
-                        backend.device)
+        layout = Layout(size.count_per_rank, membership.plan.size, membership.group_rank, config.root,
+                        torch_dtype(dtype), backend.device)
         buffers = collective.build(layout)
         for tensor in buffers.tensors():
             tensor.zero_()  # zeros: repeated in-place reductions stay finite in every dtype
-        args = CollectiveArgs(input=buffers.input, output=buffers.output, op=op or "sum",
-                              root=config.root, peer=buffers.peer)
+        args = CollectiveArgs(input=buffers.input, output=buffers.output, group=membership.handle,
+                              op=op or "sum", root=config.root, peer=buffers.peer)
         call = getattr(backend, collective.method)
         rows = []
         for mode in config.modes:
@@ -191,14 +243,13 @@ def measure_size(config: RunConfig, backend: Backend, group: Group, size: Planne
             args.async_op = mode == "async"
             warm_up(call, backend, args, config.warmup)
             sampled = collect(call, backend, args, mode, policy, budgets[mode], size.used)
-            rows.append(_make_row(config, backend, collective, dtype, op, mode, size, sampled))
+            rows.append(_make_row(config, backend, collective, dtype, op, mode, size, sampled, membership))
         return rows
     except (RunError, UsageError):
         raise
     except Exception as exc:  # a backend error: name what failed, where
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RunError(f"{collective.name} ({dtype}{', ' + op if op else ''}, {mode}) failed at size "
-                       f"{format_size(size.used)} on rank {rank}: {detail}") from exc
+                       f"{format_size(size.used)} on rank {rank}: {brief(exc)}") from exc
 
 
 def _microseconds(seconds: list[float]) -> list[float]:
@@ -206,11 +257,14 @@ def _microseconds(seconds: list[float]) -> list[float]:
 
 
 def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype: str, op: str,
-              mode: str, size: PlannedSize, sampled: Sampled) -> Row:
+              mode: str, size: PlannedSize, sampled: Sampled, membership: Membership) -> Row:
     samples_us = _microseconds(sampled.slowest)
     summary = summarize(samples_us)
-    factor = collective.busbw_factor(backend.world_size)
+    plan = membership.plan
+    factor = collective.busbw_factor(plan.size)
     algbw = algbw_gbps(size.used, summary.p50 * 1e-6)
+    members = [list(ranks) for ranks in plan.members]
+    skews = arrival_skews(sampled.per_rank_arrivals, members) if sampled.per_rank_arrivals else []
     return Row(
         collective=collective.name,
         backend=backend.name,
@@ -237,6 +291,12 @@ def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype
         algbw_gbps=algbw,
         busbw_gbps=None if algbw is None else algbw * factor,
         busbw_factor=factor,
+        group_size=plan.size,
+        group_layout=plan.layout,
+        group_count=plan.count,
+        skew_us_max=_microseconds([max(skews)])[0] if skews else None,
+        slowest_rank=last_to_arrive(skews, members) if skews else None,
         samples_us=samples_us,
         rank_mean_us=[sum(values) / len(values) for values in map(_microseconds, sampled.per_rank_seconds)],
+        rank_skew_us=_microseconds(skews),
     )

@@ -13,11 +13,11 @@ windows of about a tenth of it, so the windows' per-op times have a median and a
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.stats import MIN_SAMPLES_FOR_CI, ci95_rel, slowest_rank_per_iteration
-from commbench.timing import time_async, time_cuda_graph, time_sync
+from commbench.timing import TimedRegion, time_async, time_cuda_graph, time_sync
 
 ASYNC_WINDOWS = 10  # adaptive async mode splits its op count into about this many windows
 
@@ -59,6 +59,8 @@ class IterationBudget:
 class Sampled:
     per_rank_seconds: list[list[float]]  # [rank][sample], seconds per op
     ops: int  # ops timed in all
+    # [rank][sample]: when the rank entered the sample, seconds after the barrier opening its region
+    per_rank_arrivals: list[list[float]] = field(default_factory=list)
 
     @property
     def slowest(self) -> list[float]:
@@ -73,18 +75,30 @@ def _extend(into: list[list[float]] | None, batch: list[list[float]]) -> list[li
     return into
 
 
+def _gather(backend: Backend, regions: list[TimedRegion]) -> tuple[list[list[float]], list[list[float]]]:
+    """Every rank's seconds and arrivals of these regions, in one gather: [rank][sample] each."""
+    seconds = [value for region in regions for value in region.seconds]
+    arrivals = [value for region in regions for value in region.arrivals]
+    gathered = backend.all_gather_floats(seconds + arrivals)
+    count = len(seconds)
+    return [values[:count] for values in gathered], [values[count:] for values in gathered]
+
+
 def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
             policy: SamplingPolicy, budget: IterationBudget, size_bytes: int) -> Sampled:
     """Time ``call`` in ``mode`` under ``policy``; every rank returns the same samples of every rank."""
     if policy.cuda_graph_replays:
         ops = policy.fixed_iters or 20
-        seconds = time_cuda_graph(call, backend, args, ops, policy.cuda_graph_replays)
-        return Sampled(backend.all_gather_floats(seconds), ops * policy.cuda_graph_replays)
+        seconds, arrivals = _gather(backend, [time_cuda_graph(call, backend, args, ops,
+                                                              policy.cuda_graph_replays)])
+        return Sampled(seconds, ops * policy.cuda_graph_replays, arrivals)
     if policy.fixed_iters is not None:
-        seconds = _timed(call, backend, args, mode, policy, policy.fixed_iters)
-        return Sampled(backend.all_gather_floats(seconds), policy.fixed_iters)
+        seconds, arrivals = _gather(backend, [_timed(call, backend, args, mode, policy,
+                                                     policy.fixed_iters)])
+        return Sampled(seconds, policy.fixed_iters, arrivals)
 
-    probe = max(max(values) for values in backend.all_gather_floats(time_sync(call, backend, args, 1)))
+    probe_seconds = time_sync(call, backend, args, 1).seconds
+    probe = max(max(values) for values in backend.all_gather_floats(probe_seconds))
     count = budget.choose(size_bytes, probe) if backend.rank == 0 else 0
     count = backend.broadcast_object(count)
 
@@ -93,19 +107,22 @@ def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: Coll
     samples_wanted = math.ceil(count / ops_per_sample)
     first_batch = min(samples_wanted, max(policy.min_iters, 2 * MIN_SAMPLES_FOR_CI))
     per_rank: list[list[float]] | None = None
+    per_rank_arrivals: list[list[float]] | None = None
     taken, batch = 0, first_batch
     while batch > 0:
         if mode == "sync":
-            seconds = _timed(call, backend, args, mode, policy, batch)
+            regions = [_timed(call, backend, args, mode, policy, batch)]
         else:
-            seconds = [time_async(call, backend, args, ops_per_sample)[0] for _ in range(batch)]
-        per_rank = _extend(per_rank, backend.all_gather_floats(seconds))
+            regions = [time_async(call, backend, args, ops_per_sample) for _ in range(batch)]
+        seconds, arrivals = _gather(backend, regions)
+        per_rank = _extend(per_rank, seconds)
+        per_rank_arrivals = _extend(per_rank_arrivals, arrivals)
         taken += batch
         if backend.rank == 0:
             batch = _next_batch(slowest_rank_per_iteration(per_rank), taken, samples_wanted, policy)
         batch = backend.broadcast_object(batch)
-    assert per_rank is not None
-    return Sampled(per_rank, taken * ops_per_sample)
+    assert per_rank is not None and per_rank_arrivals is not None
+    return Sampled(per_rank, taken * ops_per_sample, per_rank_arrivals)
 
 
 def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingPolicy) -> int:
@@ -120,7 +137,7 @@ def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingP
 
 
 def _timed(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
-           policy: SamplingPolicy, iters: int) -> list[float]:
+           policy: SamplingPolicy, iters: int) -> TimedRegion:
     if mode == "sync":
         return time_sync(call, backend, args, iters, barrier_per_iter=policy.barrier_per_iter)
     return time_async(call, backend, args, iters)

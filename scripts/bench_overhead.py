@@ -65,7 +65,10 @@ def _measure(rank: int, world_size: int, rounds: int, ops: int) -> dict:
                 # alternate which loop goes first, so neither always runs on a warmer machine
                 order = ("raw", "ours") if round_index % 2 == 0 else ("ours", "raw")
                 for which in order:
-                    local = _raw_loop(raw, ops) if which == "raw" else time_sync(call, backend, args, ops)
+                    if which == "raw":
+                        local = _raw_loop(raw, ops)
+                    else:
+                        local = time_sync(call, backend, args, ops).seconds
                     slowest = slowest_rank_per_iteration(backend.all_gather_floats(local))
                     (raw_samples if which == "raw" else ours_samples).extend(slowest)
             medians[(name, size)] = (statistics.median(raw_samples), statistics.median(ours_samples))

@@ -120,7 +120,7 @@ class _SlowCompletionBackend(TorchDistBackend):
 def _async_window(rank: int, world_size: int) -> float:
     backend = _SlowCompletionBackend("gloo", torch.device("cpu"))
     buffer = torch.zeros(16)
-    return time_async(backend.all_reduce, backend, CollectiveArgs(input=buffer, output=buffer), 5)[0]
+    return time_async(backend.all_reduce, backend, CollectiveArgs(input=buffer, output=buffer), 5).seconds[0]
 
 
 def test_async_window_ends_after_every_wait():

@@ -55,7 +55,9 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                       "--time-per-size", "0.25", "--min-iters", "2", "--max-iters", "9", "--precision", "0.2",
                       "--barrier", "per-iter", "--cuda-graph", "0", "--max-memory", "1G",
                       "--backend", "gloo", "--device", "cpu", "--timeout", "77", "--output-dir",
-                      str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet")
+                      str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet",
+                      "--group-size", "2", "--group-layout", "strided", "--per-rank",
+                      "--skew-threshold", "50")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     config = json.loads(json_path.read_text())["meta"]["config"]
@@ -67,13 +69,21 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert (config["time_per_size"], config["min_iters"], config["max_iters"]) == (0.25, 2, 9)
     assert (config["precision"], config["barrier"], config["cuda_graph"]) == (0.2, "per-iter", 0)
     assert config["max_memory"] == 1 << 30
+    assert (config["group_size"], config["group_layout"], config["groups"]) == (2, "strided", None)
+    assert config["per_rank"] is True and config["skew_threshold_percent"] == 50.0
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
+    # --groups excludes --group-size, so it passes through in a run of its own
+    preset = torchrun(2, "--sizes", "1K", "--iters", "1", "--groups", "intra-node", "--json",
+                      str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"), "--quiet")
+    assert preset.returncode == 0, preset.stderr
+    assert json.loads((tmp_path / "p.json").read_text())["meta"]["groups"]["layout"] == "intra-node"
     run_options = {name for param in cli.commands["run"].params if isinstance(param, click.Option)
                    for name in param.opts if name.startswith("--")}
     exercised = {"--collective", "--sizes", "--dtype", "--mode", "--op", "--warmup", "--iters", "--root",
                  "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet",
                  "--time-per-size", "--min-iters", "--max-iters", "--precision", "--barrier", "--cuda-graph",
-                 "--max-memory"}
+                 "--max-memory", "--group-size", "--group-layout", "--per-rank", "--skew-threshold",
+                 "--groups"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
 

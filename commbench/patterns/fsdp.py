@@ -476,8 +476,9 @@ class Output(Protocol):
     def group_done(self, rows: list[Row]) -> None: ...
 
 
-def run_fsdp(config: FsdpConfig, backend: Backend, output: Output) -> list[Row]:
-    """Every bucketing of config.buckets: an untimed --check step, timed steps, rows as each finishes."""
+def run_fsdp(config: FsdpConfig, backend: Backend, output: Output, session: object = None) -> list[Row]:
+    """Every bucketing of config.buckets: an untimed --check step, timed steps, rows as each finishes.
+    (``session`` carries sub-communicators and agreed stops for sweeps; a pattern runs on the world.)"""
     model = load_model(config.model, config.layers)
     world = backend.world_size
     plan = shard_model(model, world)
