@@ -13,11 +13,13 @@ import torch.distributed as dist
 from commbench.collectives import PLACEMENTS, resolve_collectives
 from commbench.dtypes import canonical_dtype, element_size
 from commbench.errors import UsageError, did_you_mean
+from commbench.groups import check_group_options
 from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, check_world_size, parse_splits
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
 MODES = ("sync", "async")
+BARRIERS = ("none", "per-iter")
 REDUCE_OPS = ("sum", "avg", "min", "max", "prod", "premul_sum")
 DEFAULT_SIZES = "1K:16M"
 
@@ -37,7 +39,14 @@ class RunConfig:
     p2p_window: int = 16  # messages in flight per op for p2p_uni and p2p_bidir
     premul_factor: float = 0.5  # premul_sum's factor (a power of two keeps --check exact)
     warmup: int = 5
-    iters: int = 20
+    iters: int | None = None  # None: adaptive (see sampling.py); a number fixes the count
+    time_per_size: float = 0.5  # adaptive: seconds of timed ops per size and mode
+    min_iters: int = 5
+    max_iters: int = 1000
+    precision: float = 0.05  # adaptive: stop once the median is known to +- this fraction
+    barrier: str = "none"  # sync mode: none | per-iter
+    cuda_graph: int = 0  # replays of a captured window; 0: no graph
+    max_memory: int | None = None  # bytes of buffers per rank above which a size is refused
     root: int = 0
     backend: str | None = None  # None: nccl when CUDA is available, else gloo
     device: str | None = None  # None: cuda for nccl/ucc when available, else cpu
@@ -47,6 +56,11 @@ class RunConfig:
     csv_path: str | None = None
     json_path: str | None = None
     quiet: bool = False
+    group_size: int | None = None  # ranks per sub-communicator (None: the whole world is one group)
+    group_layout: str | None = None  # contiguous (default with group_size) or strided
+    groups: str | None = None  # intra-node or inter-node: groups from the ranks' host names
+    per_rank: bool = False  # print each rank's mean time and arrival skew
+    skew_threshold_percent: float = 25.0  # a skew above this % of the p50 time names the straggler
     argv: list[str] = field(default_factory=list)  # the command line, recorded with results
 
 
@@ -114,12 +128,29 @@ def resolve(config: RunConfig) -> RunConfig:
     if any(size < 0 for size in config.sizes):
         raise UsageError("sizes must not be negative")
     _check_count("--warmup", config.warmup, minimum=0)
-    _check_count("--iters", config.iters, minimum=1)
+    if config.iters is not None:
+        _check_count("--iters", config.iters, minimum=1)
+    _check_count("--min-iters", config.min_iters, minimum=1)
+    _check_count("--max-iters", config.max_iters, minimum=1)
+    if config.min_iters > config.max_iters:
+        raise UsageError(f"--min-iters {config.min_iters} is above --max-iters {config.max_iters}")
+    if config.time_per_size <= 0:
+        raise UsageError(f"--time-per-size {config.time_per_size:g} must be above 0 seconds")
+    if not 0 < config.precision < 1:
+        raise UsageError(f"--precision {config.precision:g} must be a fraction between 0 and 1, e.g. 0.05")
+    if config.barrier not in BARRIERS:
+        raise UsageError(f"unknown --barrier {config.barrier!r}; choose {' or '.join(BARRIERS)}")
+    _check_count("--cuda-graph", config.cuda_graph, minimum=0)
+    if config.max_memory is not None and config.max_memory <= 0:
+        raise UsageError("--max-memory must be above 0 bytes")
     _check_count("--nproc", config.nproc, minimum=1)
     if config.root < 0:
         raise UsageError(f"--root {config.root} must not be negative")
     if config.timeout_s <= 0:
         raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
+    check_group_options(config.group_size, config.group_layout, config.groups)
+    if config.skew_threshold_percent < 0:
+        raise UsageError(f"--skew-threshold {config.skew_threshold_percent:g} must not be negative")
     placements = parse_placements(",".join(config.placements)) if config.placements else []
     _check_count("--check-every", config.check_every, minimum=0)
     _check_count("--p2p-window", config.p2p_window, minimum=1)
@@ -129,7 +160,10 @@ def resolve(config: RunConfig) -> RunConfig:
     check_element_sizes(spec, {dtype: element_size(dtype) for dtype in dtypes})
     matrix = [list(row) for row in spec.matrix] if spec.matrix is not None else None
 
-    backend, device = _resolve_backend_and_device(config.backend, config.device)
+    backend, device = resolve_backend_and_device(config.backend, config.device)
+    if config.cuda_graph and (device != "cuda" or backend != "nccl"):
+        raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
+                         "and --backend nccl")
     return replace(config, collectives=collectives, dtypes=dtypes, modes=modes, ops=ops,
                    placements=placements, check=config.check or config.check_every > 0,
                    splits=spec.text, split_matrix=matrix, backend=backend, device=device)
@@ -140,7 +174,7 @@ def _check_count(flag: str, value: int, minimum: int) -> None:
         raise UsageError(f"{flag} {value} must be at least {minimum}")
 
 
-def _resolve_backend_and_device(backend: str | None, device: str | None) -> tuple[str, str]:
+def resolve_backend_and_device(backend: str | None, device: str | None) -> tuple[str, str]:
     cuda = torch.cuda.is_available()
     if backend is None:
         backend = "nccl" if cuda and device != "cpu" else "gloo"

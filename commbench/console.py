@@ -8,6 +8,15 @@ from collections.abc import Iterable
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from commbench.results import Row, RunMeta
@@ -24,9 +33,12 @@ def header_line(meta: RunMeta) -> str:
     versions = "".join(f" · {name} {version}" for name, version in sorted(meta.versions.items()))
     hosts = sorted(set(meta.hostnames))
     host_text = hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts"
+    groups = meta.groups or {}
+    group_text = (f" · {groups['count']} groups of {groups['size']} ({groups['layout']})"
+                  if groups.get("count", 1) > 1 else "")
     return (f"commbench {meta.commbench_version} · backend {meta.backend} · device {meta.device} · "
-            f"world size {meta.world_size} · torch {meta.torch_version}{versions} · {host_text} · "
-            f"launcher {meta.launcher} · run {meta.run_id}")
+            f"world size {meta.world_size}{group_text} · torch {meta.torch_version}{versions} · "
+            f"{host_text} · launcher {meta.launcher} · run {meta.run_id}")
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -52,7 +64,7 @@ def rows_table(rows: Iterable[Row]) -> Table:
     checked = {mode: any(row.wrong is not None for row in rows if row.mode == mode) for mode in modes}
     for mode in modes:
         prefix = f"{mode} " if len(modes) > 1 else ""
-        times = ("p50 µs", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
+        times = ("p50 µs", "±95%", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
         for name in (*times, "algbw GB/s", "busbw GB/s", *(("wrong",) if checked[mode] else ())):
             table.add_column(prefix + name, justify="right")
     errors = any(row.error for row in rows)
@@ -65,12 +77,15 @@ def rows_table(rows: Iterable[Row]) -> Table:
         cells = [format_size(size), str(next(iter(per_mode.values())).count_per_rank)]
         for mode in modes:
             row = per_mode.get(mode)
-            width = (6 if spread[mode] else 3) + checked[mode]
             if row is None:
-                cells.extend(["-"] * width)
+                cells.extend(["-"] * ((7 if spread[mode] else 3) + checked[mode]))
                 continue
-            times = [row.time_us_p50, row.time_us_p95, row.time_us_min, row.time_us_max]
-            cells.extend(_number(value, 1) for value in times[: (4 if spread[mode] else 1)])
+            if spread[mode]:
+                interval = "-" if row.ci95_rel is None else f"{100 * row.ci95_rel:.1f}%"
+                cells.extend([_number(row.time_us_p50, 1), interval, _number(row.time_us_p95, 1),
+                              _number(row.time_us_min, 1), _number(row.time_us_max, 1)])
+            else:
+                cells.append(_number(row.time_us_p50, 1))
             cells.extend([_number(row.algbw_gbps, 3), _number(row.busbw_gbps, 3)])
             if checked[mode]:
                 cells.append("-" if row.wrong is None else
@@ -81,21 +96,118 @@ def rows_table(rows: Iterable[Row]) -> Table:
     return table
 
 
-class ConsoleReporter:
-    """Prints what the runner reports; only rank 0 has one."""
+def _title(row: Row) -> str:
+    return f"{row.collective} · {row.dtype}" + (f" · op {row.op}" if row.op else "") + \
+        (f" · {row.placement}" if row.placement else "")
 
-    def __init__(self, console: Console) -> None:
+
+def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int, int]) -> Table:
+    """Each rank's own mean time and arrival skew, a section per size and mode."""
+    rows = list(rows)
+    table = Table(title=f"per rank · {_title(rows[0])}", title_justify="left", header_style="bold")
+    for name in ("size", "mode", "rank", "host", *(("group",) if group_of else ()), "mean µs", "skew µs",
+                 ""):
+        table.add_column(name, justify="left" if name in ("mode", "host", "") else "right")
+    for row in rows:
+        for rank, (mean, skew) in enumerate(zip(row.rank_mean_us, row.rank_skew_us, strict=True)):
+            host = hostnames[rank] if rank < len(hostnames) else "?"
+            cells = [format_size(row.size_bytes), row.mode, str(rank), host]
+            if group_of:
+                cells.append(str(group_of.get(rank, "")))
+            cells += [_number(mean, 1), _number(skew, 1), "last in" if rank == row.slowest_rank else ""]
+            table.add_row(*cells, end_section=rank == len(row.rank_mean_us) - 1)
+    return table
+
+
+def skew_percent(row: Row) -> float | None:
+    """A row's largest arrival skew as a percentage of its p50 time."""
+    if row.skew_us_max is None or not row.time_us_p50 or row.time_us_p50 <= 0:
+        return None
+    return 100.0 * row.skew_us_max / row.time_us_p50
+
+
+SKEW_FLOOR_US = 20.0  # smaller skews are host scheduling jitter, whatever the op time
+
+
+def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: float) -> str | None:
+    """One line naming the rank the others waited for, when some row's skew passes the threshold."""
+    over = [(percent, row) for row in rows
+            if (percent := skew_percent(row)) is not None and percent > threshold_percent
+            and (row.skew_us_max or 0.0) >= SKEW_FLOOR_US]
+    if not over:
+        return None
+    percent, worst = max(over, key=lambda item: item[0])
+    rank = worst.slowest_rank
+    host = hostnames[rank] if rank is not None and rank < len(hostnames) else "?"
+    same = sum(1 for _, row in over if row.slowest_rank == rank)
+    return (f"straggler: {_title(worst)}: rank {rank} ({host}) arrived last, {worst.skew_us_max:.1f} µs "
+            f"after the first rank at {format_size(worst.size_bytes)} {worst.mode} ({percent:.0f}% of "
+            f"p50); {len(over)} of {len(rows)} rows above {threshold_percent:g}%, rank {rank} last in {same}")
+
+
+class ConsoleReporter:
+    """Prints what the runner reports; only rank 0 has one.
+
+    On a terminal a progress bar (what is being measured, how far, ETA) sits below the tables; off a
+    terminal, or with --quiet, there is none.
+    """
+
+    def __init__(self, console: Console, per_rank: bool = False, skew_threshold: float = 25.0) -> None:
         self.console = console
+        self.per_rank = per_rank
+        self.skew_threshold = skew_threshold
+        self.hostnames: list[str] = []
+        self.group_of: dict[int, int] = {}
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def plan(self, steps: int) -> None:
+        if not self.console.is_terminal or self.console.quiet or steps == 0:
+            return
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                  console=self.console, transient=True)
+        self._task = self._progress.add_task("starting", total=steps)
+        self._progress.start()
+
+    def working(self, text: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=escape(text))
+
+    def advance(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
     def header(self, meta: RunMeta) -> None:
+        self.hostnames = list(meta.hostnames)
+        members = (meta.groups or {}).get("members", [])
+        if len(members) > 1:
+            self.group_of = {rank: index for index, ranks in enumerate(members) for rank in ranks}
         self.console.print(escape(header_line(meta)))
 
     def note(self, text: str) -> None:
         self.console.print(f"[dim]note:[/dim] {escape(text)}")
 
     def group_done(self, rows: list[Row]) -> None:
-        if rows:
-            self.console.print(rows_table(rows))
+        if not rows:
+            return
+        if rows[0].pattern:  # a workload pattern's rows have tables of their own
+            from commbench.patterns.tables import pattern_tables
+
+            for renderable in pattern_tables(rows):
+                self.console.print(renderable)
+            return
+        self.console.print(rows_table(rows))
+        if self.per_rank and rows[0].rank_skew_us:
+            self.console.print(per_rank_table(rows, self.hostnames, self.group_of))
+        line = straggler_line(rows, self.hostnames, self.skew_threshold)
+        if line:
+            self.console.print(f"[yellow]{escape(line)}[/yellow]")
 
     def files(self, paths: Iterable[str]) -> None:
         self.console.print(escape("results: " + ", ".join(paths)))

@@ -21,6 +21,27 @@ class Terminated(Exception):
         self.exit_code = 128 + signum
 
 
+class AlreadyReported(Exception):
+    """Stop with this exit status, silently: another rank (rank 0) printed the message."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(f"exit status {exit_code}")
+        self.exit_code = exit_code
+
+
+def brief(exc: BaseException) -> str:
+    """An exception's message as one short line: the first line, without a leading [file:line]
+    location, cut after its first sentence when long (backends append advice and stack frames)."""
+    import re
+
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    line = re.sub(r"^\[[^\]]*:\d+\]\s*", "", line)
+    if len(line) > 120 and ". " in line:
+        line = line[: line.index(". ")]
+    return line.rstrip(".")
+
+
 def did_you_mean(word: str, choices: list[str]) -> str:
     """A ' (did you mean X?)' suffix for the closest choice, or '' when nothing is close."""
     import difflib

@@ -5,6 +5,7 @@ This is the one module that reads environment variables.
 """
 
 import ctypes
+import multiprocessing
 import os
 import platform
 import shlex
@@ -13,25 +14,40 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 import uuid
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from commbench import __version__
 from commbench.backends.base import Backend
+from commbench.backends.coordination import CheckInFailed, announce_death
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.config import RunConfig, check_world
+from commbench.config import RunConfig, split_spec
 from commbench.console import ConsoleReporter, make_console
-from commbench.errors import RunError, Terminated, UsageError
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
+from commbench.groups import GroupPlan, Membership, format_ranks, split_by_hosts, split_world, world_plan
 from commbench.results import ResultWriter, Row, RunMeta
-from commbench.runner import NullOutput, Output, run_sweep, sweep_failure
+from commbench.runner import NullOutput, Output, Session, run_sweep, sweep_failure
+from commbench.sizes import parse_size
+from commbench.splits import check_world_size
 
+# What a rank runs once its backend is up: the sweep, or a workload pattern (commbench.patterns).
+# Its config is a RunConfig or a pattern's config with the same launch fields.
+# What a rank runs once launch has set it up: the sweep, or a workload pattern.
+Work = Callable[[RunConfig, Backend, Output, Session], object]
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
-RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
+HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the system's says too little
+# Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
+# would; the others must then time out at that size and name it.
+TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
+FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
+RECORDED_ENV_PREFIXES = ("COMMBENCH_", "NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
                          "OMP_NUM_THREADS")
 
 
@@ -119,12 +135,16 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
+def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grace_s: float = 4.0) -> int:
     """Run ``python -m commbench ARGV`` as ``nproc`` local ranks; their exit status is ours.
 
-    When one rank fails the others get ``grace_s`` to notice and exit on their own, then are stopped.
-    SIGINT and SIGTERM are forwarded; ranks run in their own process group so a terminal's Ctrl-C
-    reaches them once, through us.
+    After a signal the ranks get ``grace_s`` to finish their size and stop together; when one rank
+    fails the others get ``failure_grace_s`` to notice and exit on their own. Then they are stopped
+    (SIGTERM, then SIGKILL), and a rank that had to be stopped after a failure is named as hung;
+    a rank killed by a signal is announced to the others through the rendezvous store, so their
+    messages say which rank died. SIGINT and SIGTERM are forwarded (the ranks stop together at the
+    next size, or at once on a second signal); ranks run in their own process group so a terminal's
+    Ctrl-C reaches them once, through us, and die with us (PR_SET_PDEATHSIG) if we are killed.
     """
     port = free_port()
     env = dict(os.environ)
@@ -147,7 +167,7 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _wait_for_ranks(procs, grace_s, received)
+        return _wait_for_ranks(procs, grace_s, failure_grace_s, received, port)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -157,45 +177,113 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
                 proc.wait()
 
 
-def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: list[int]) -> int:
+def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, failure_grace_s: float,
+                    received: list[int], port: int) -> int:
     first_failure: tuple[int, int] | None = None
     deadline: float | None = None
     stopping = False
+    stopped: list[int] = []  # ranks we had to stop after a failure: they were hung
+    announced: set[int] = set()
     while True:
         codes = [proc.poll() for proc in procs]
-        if first_failure is None:
-            for rank, code in enumerate(codes):
-                if code not in (None, 0):
-                    first_failure = (rank, code)
-                    deadline = time.monotonic() + grace_s
-                    break
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        for rank, code in failed:
+            # A death we did not cause: tell the others which rank it was (rank 0 hosts the store, so
+            # its death cannot be told; the others find out when the store goes).
+            if code < 0 and not stopping and not received and rank not in announced:
+                announced.add(rank)
+                if rank != 0:
+                    announce_death("127.0.0.1", port, "0", rank, signal.Signals(-code).name)
+        if first_failure is None and failed and not received:
+            # Of ranks found failed at once, one killed by a signal is the cause, the others its effect.
+            first_failure = min(failed, key=lambda item: (item[1] >= 0, item[0]))
+            deadline = time.monotonic() + failure_grace_s
         if all(code is not None for code in codes):
             break
         if received and deadline is None:
             deadline = time.monotonic() + grace_s
         if deadline is not None and time.monotonic() > deadline:
-            for proc in procs:
+            for rank, proc in enumerate(procs):
                 if proc.poll() is None:
+                    if not stopping and not received:
+                        stopped.append(rank)
                     (proc.kill if stopping else proc.terminate)()
-            stopping, deadline = True, time.monotonic() + 5.0
+            stopping, deadline = True, time.monotonic() + 2.0
         time.sleep(0.05)
     if received:
         return 128 + received[0]
     if first_failure is None:
         return 0
     rank, code = first_failure
+    if stopped:
+        print(f"commbench: error: {format_ranks(stopped)} did not stop within {failure_grace_s:g} s of "
+              f"rank {rank} failing (hung): stopped by the launcher", file=sys.stderr)
     if code < 0:
-        name = signal.Signals(-code).name
-        print(f"commbench: error: rank {rank} died ({name}); the other ranks were stopped",
-              file=sys.stderr)
+        print(f"commbench: error: rank {rank} died ({signal.Signals(-code).name})", file=sys.stderr)
         return 1
     return code
 
 
+def check_world(config: RunConfig, world_size: int) -> None:
+    """What can be checked once the world size is known, before any process group starts."""
+    root = getattr(config, "root", 0)  # pattern configs have no root and no groups
+    group_size = getattr(config, "group_size", None)
+    if group_size is not None:
+        plan = split_world(world_size, group_size, config.group_layout or "contiguous")
+        if root >= plan.size and not plan.is_world:
+            raise UsageError(f"--root {root} is outside a group of {plan.size} ranks")
+    if root >= world_size:
+        raise UsageError(f"--root {root} is outside the world of {world_size} ranks")
+    if getattr(config, "split_matrix", None) is not None:  # a splits file must be n x n, n the group size
+        check_world_size(split_spec(config), group_size or world_size)
+
+
+def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        backend = TorchDistBackend.create("gloo", torch.device("cpu"), rank, world_size, "127.0.0.1", port,
+                                          timeout_s=120)
+        value = fn(rank, world_size, *args)
+        backend.barrier()
+        backend.shutdown()
+        results.put((rank, None, value))
+    except BaseException:
+        results.put((rank, traceback.format_exc(), None))
+
+
+def run_on_local_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
+    """``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined in a gloo group; the
+    values they return, by rank. For scripts and tests that drive commbench's pieces directly.
+    ``fn`` must be importable (a module-level function)."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_function_rank, args=(fn, rank, world_size, port, args, results))
+             for rank in range(world_size)]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    failure: str | None = None
+    try:
+        while len(values) < world_size and failure is None:
+            rank, error, value = results.get(timeout=timeout_s)
+            if error is None:
+                values[rank] = value
+            else:
+                failure = f"rank {rank} failed:\n{error}"
+    finally:
+        for proc in procs:
+            proc.join(timeout=1 if failure else 10)
+            if proc.is_alive():
+                proc.kill()
+    if failure is not None:
+        raise RuntimeError(failure)
+    return [values[rank] for rank in range(world_size)]
+
+
 def check_local_launch(config: RunConfig) -> None:
     """What the spawner can check before starting ranks."""
-    if config.root >= config.nproc:
-        raise UsageError(f"--root {config.root} is outside the world of {config.nproc} ranks")
+    check_world(config, config.nproc)
     if config.device == "cuda" and config.nproc > torch.cuda.device_count():
         raise UsageError(f"--nproc {config.nproc} needs {config.nproc} CUDA devices (one per rank); "
                          f"this machine has {torch.cuda.device_count()}")
@@ -203,15 +291,15 @@ def check_local_launch(config: RunConfig) -> None:
 
 # --- one rank's run -----------------------------------------------------------------------------
 
-def launch(config: RunConfig, environ: Mapping[str, str] | None = None) -> int:
-    """Run the benchmark: as one rank of a launched job, or by spawning local ranks."""
+def launch(config: RunConfig, environ: Mapping[str, str] | None = None, work: Work = run_sweep) -> int:
+    """Run the benchmark (``work``, the sweep by default): as one rank of a launched job, or by
+    spawning local ranks that re-run the same command line."""
     environ = os.environ if environ is None else environ
     info = detect(environ, config.backend)
-    check_world(config, config.nproc if info is None else info.world_size)
     if info is None:
         check_local_launch(config)
         return spawn_local(config.argv, config.nproc)
-    return run_rank(config, info, environ)
+    return run_rank(config, info, environ, work)
 
 
 def select_device(config: RunConfig, info: RankInfo) -> torch.device:
@@ -224,13 +312,19 @@ def select_device(config: RunConfig, info: RankInfo) -> torch.device:
     return torch.device("cuda", info.local_rank)
 
 
-def start_backend(config: RunConfig, info: RankInfo) -> Backend:
+def start_backend(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
     device = select_device(config, info)
+    # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
+    launcher_hosts_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     try:
         return TorchDistBackend.create(config.backend, device, info.rank, info.world_size,
-                                       info.master_addr or "", info.master_port or 0, config.timeout_s)
+                                       info.master_addr or "", info.master_port or 0, config.timeout_s,
+                                       launcher_hosts_store, attempt)
+    except RunError:
+        raise
     except Exception as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = brief(exc)
         raise RunError(f"rank {info.rank}: the {config.backend} process group did not start "
                        f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
                        f"timeout {config.timeout_s:g} s): {detail}") from exc
@@ -244,8 +338,29 @@ def make_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
+def split_into_groups(config: RunConfig, hostnames: list[str]) -> GroupPlan:
+    """The run's sub-communicators; presets need every rank's host name, so this runs after the start."""
+    world_size = len(hostnames)
+    if getattr(config, "groups", None) is not None:
+        return split_by_hosts(hostnames, config.groups)
+    if getattr(config, "group_size", None) is not None:
+        return split_world(world_size, config.group_size, config.group_layout or "contiguous")
+    return world_plan(world_size)
+
+
+def join_groups(backend: Backend, plan: GroupPlan) -> Membership:
+    handle = None
+    if not plan.is_world:
+        try:
+            handle = backend.new_groups([list(ranks) for ranks in plan.members])
+        except Exception as exc:
+            raise RunError(f"rank {backend.rank} could not create the {plan.describe()}: "
+                           f"{brief(exc)}") from exc
+    return Membership(plan, handle, plan.group_rank(backend.rank))
+
+
 def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: list[str],
-               environ: Mapping[str, str]) -> RunMeta:
+               environ: Mapping[str, str], plan: GroupPlan | None = None) -> RunMeta:
     recorded = {key: value for key, value in sorted(environ.items())
                 if key.startswith(RECORDED_ENV_PREFIXES)}
     return RunMeta(
@@ -263,6 +378,7 @@ def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: l
         versions=backend.versions(),
         env=recorded,
         config={key: value for key, value in asdict(config).items() if key != "argv"},
+        groups=(plan or world_plan(info.world_size)).as_dict(),
     )
 
 
@@ -278,9 +394,16 @@ class RecordingOutput:
 
     def row(self, row: Row) -> None:
         self.writer.add(row)
+        self.reporter.advance()
 
     def group_done(self, rows: list[Row]) -> None:
         self.reporter.group_done(rows)
+
+    def plan(self, steps: int) -> None:
+        self.reporter.plan(steps)
+
+    def working(self, text: str) -> None:
+        self.reporter.working(text)
 
 
 def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
@@ -290,36 +413,74 @@ def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
     return csv_path, json_path
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise Terminated(signum)
+class StopRequests:
+    """SIGINT/SIGTERM on a rank: the first asks the work to stop at its next boundary (the sweep: the
+    next size, where every rank agrees, so none is left waiting in a collective); a second stops this
+    rank at once. Work that never asks (a pattern), or a signal before the work first asks, stops at
+    once too."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.polled = False
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.signum or not self.polled:
+            raise Terminated(signum)
+        self.signum = signum
+
+    def requested(self) -> int:
+        self.polled = True
+        return self.signum
 
 
-def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> int:
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    backend = start_backend(config, info)
+def apply_test_faults(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> RunConfig:
+    """COMMBENCH_TEST_SKIP=RANK:SIZE (tests only): that rank's sweep leaves SIZE out."""
+    spec = environ.get(TEST_SKIP_ENV)
+    if not spec or not hasattr(config, "sizes"):
+        return config
+    rank_text, _, size_text = spec.partition(":")
+    if int(rank_text) != info.rank:
+        return config
+    skipped = parse_size(size_text)
+    return replace(config, sizes=[size for size in config.sizes if size != skipped])
+
+
+def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str], work: Work = run_sweep) -> int:
+    check_world(config, info.world_size)
+    config = apply_test_faults(config, info, environ)
+    stops = StopRequests()
+    stops.install()
+    backend = start_backend(config, info, environ)
     writer: ResultWriter | None = None
     output: Output = NullOutput()
     reporter: ConsoleReporter | None = None
     try:
-        hostnames = backend.all_gather_object(socket.gethostname())
+        hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
+        plan = split_into_groups(config, hostnames)
+        membership = join_groups(backend, plan)
         if info.rank == 0:
-            meta = build_meta(config, info, backend, hostnames, environ)
-            reporter = ConsoleReporter(make_console(config.quiet))
+            meta = build_meta(config, info, backend, hostnames, environ, plan)
+            reporter = ConsoleReporter(make_console(config.quiet),
+                                       per_rank=getattr(config, "per_rank", False),  # not on patterns
+                                       skew_threshold=getattr(config, "skew_threshold_percent", 25.0))
             reporter.header(meta)
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        rows = run_sweep(config, backend, output)
+        rows = work(config, backend, output, Session(membership, stops.requested))
         backend.barrier()
     except BaseException as exc:
-        if writer is not None:
-            interrupted = isinstance(exc, KeyboardInterrupt | Terminated)
-            writer.finish("interrupted" if interrupted else "failed", _now(),
-                          None if interrupted else str(exc))
-        raise
+        if reporter is not None:
+            reporter.close()
+        raise _finish_failed(exc, info, backend, writer, config) from exc
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
-    failure = sweep_failure(rows)
+    failure = sweep_failure(rows) if isinstance(rows, list) else None
     if writer is not None and reporter is not None:
+        reporter.close()
         writer.finish("failed" if failure else "complete", _now(), failure)
         reporter.files([shlex.quote(str(writer.csv_path)), shlex.quote(str(writer.json_path))])
     backend.shutdown()
@@ -328,3 +489,39 @@ def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> i
             raise RunError(failure)
         return 1
     return 0
+
+
+def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, writer: ResultWriter | None,
+                   config: RunConfig) -> BaseException:
+    """Record how the run ended (rank 0's files) and return what to raise for the exit status."""
+    if isinstance(exc, Terminated | KeyboardInterrupt):
+        signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
+        if writer is not None:
+            writer.finish("interrupted", _now(), f"stopped by {signal.Signals(signum).name}")
+        return exc
+    if isinstance(exc, UsageError):
+        if writer is not None:
+            writer.finish("failed", _now(), str(exc))
+        # Every rank finds the same problem with the same input: one message, from rank 0.
+        return exc if info.rank == 0 else AlreadyReported(exc.exit_code)
+    if isinstance(exc, RunError):
+        error = _with_peer_accounts(exc, backend, config)
+        if writer is not None:
+            writer.finish("failed", _now(), error)
+        return RunError(error)
+    if writer is not None:
+        writer.finish("failed", _now(), f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _with_peer_accounts(exc: RunError, backend: Backend, config: RunConfig) -> str:
+    """The error, with what the other ranks said (or did not say) about themselves.
+
+    Telling the others also keeps rank 0, whose process may host the store, alive until they have
+    read what they need from it.
+    """
+    error = str(exc)
+    accounts = backend.account_for_failure(error, min(FAILURE_GRACE_S, config.timeout_s))
+    if isinstance(exc, CheckInFailed):  # its message already says where every missing rank is
+        return error
+    return f"{error}; {accounts}" if accounts and accounts not in error else error

@@ -38,7 +38,7 @@ class Row:
     size_bytes: int  # the size actually used (see README: size)
     requested_bytes: int  # the size asked for, before rounding to whole elements per rank
     count_per_rank: int
-    iters: int
+    iters: int  # ops timed
     warmup: int
     time_us_p50: float | None
     time_us_p95: float | None
@@ -48,19 +48,50 @@ class Row:
     algbw_gbps: float | None
     busbw_gbps: float | None
     busbw_factor: float
+    samples: int = 0  # timing samples: one per op in sync mode, one per window in async mode
+    time_us_p99: float | None = None
+    time_us_stdev: float | None = None
+    time_us_cv: float | None = None  # stdev / mean
+    ci95_rel: float | None = None  # half-width of the median's 95% CI over the median
+    # Sub-communicators: the collective ran in group_count groups of group_size ranks at once (files
+    # written before groups existed load as one group of the whole world).
+    group_size: int = 0
+    group_layout: str = "world"  # world, contiguous, strided, intra-node, inter-node
+    group_count: int = 1
+    skew_us_max: float | None = None  # the largest rank's mean arrival skew (see README: skew)
+    slowest_rank: int | None = None  # the rank its group waited for: the smallest arrival skew
     placement: str = ""  # out-of-place or in-place; '' for barrier (see README: placement)
     wrong: int | None = None  # --check: wrong elements over all ranks; None when not checked
     first_wrong: str = ""  # --check: 'rank R index I: expected E, got G' of the first wrong element
     error: str = ""  # why the row has no measurement (the backend rejected the dtype or op, ...)
-    samples_us: list[float] = field(default_factory=list)  # per iteration, max over ranks; JSON only
+    samples_us: list[float] = field(default_factory=list)  # per sample, max over ranks; JSON only
+    rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean; JSON only
+    rank_skew_us: list[float] = field(default_factory=list)  # each rank's mean arrival skew; JSON only
+    # Workload-pattern rows (commbench pattern ...); empty/None on sweep rows, so older files still load.
+    pattern: str = ""  # 'fsdp'
+    model: str = ""  # the model spec's name ('llama-7b/layers=2' when cut down)
+    unit: str = ""  # the FSDP unit; '' for a whole step or the final flush
+    phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute
+    bucket_mb: str = ""  # reduce-scatter bucketing: 'unit' or the bucket size in MiB ('0': per parameter)
+    predivide: float | None = None  # gradient division before the reduce-scatter
+    postdivide: float | None = None  # and after it
+    calls_per_step: int | None = None  # collectives (or matmuls) per step in this row
+    overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
+    compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
+
+    def __post_init__(self) -> None:
+        if not self.group_size:
+            self.group_size = self.world_size
 
     def key(self) -> tuple:
         """What identifies the same measurement in another run."""
-        return (self.collective, self.dtype, self.op, self.placement, self.mode, self.size_bytes,
-                self.world_size, self.backend)
+        return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
+                self.backend, self.pattern, self.model, self.unit, self.phase, self.bucket_mb,
+                self.predivide, self.postdivide, self.group_size, self.group_layout, self.placement)
 
 
-CSV_COLUMNS = [f.name for f in fields(Row) if f.name != "samples_us"]
+# Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
+CSV_COLUMNS = [f.name for f in fields(Row) if getattr(f.type, "__origin__", None) is not list]
 
 
 @dataclass
@@ -82,6 +113,7 @@ class RunMeta:
     status: str = "running"  # running | complete | failed | interrupted
     finished_at: str | None = None
     error: str | None = None
+    groups: dict[str, Any] = field(default_factory=dict)  # layout, size, count, members (GroupPlan)
 
 
 def _clean(value: Any) -> Any:

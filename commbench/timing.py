@@ -6,10 +6,16 @@ window, the window's time divided by its ops. The clock stops only after the las
 
 Nothing inside a timed region allocates, fills or checks: buffers, events and sample slots exist before
 the first op is issued.
+
+Arrivals: right after the barrier that opens a timed region every rank reads its monotonic clock; the
+host stamp at the start of each op, relative to that reading, is the rank's arrival at that op. The
+barrier releases all ranks within its own latency, so arrivals are comparable across ranks and hosts
+without synchronised clocks (to within that latency).
 """
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -26,6 +32,10 @@ class WallClockTimer:
 
     def start(self, slot: int) -> None:
         self._starts[slot] = time.perf_counter_ns()
+
+    def arrivals(self, origin_ns: int) -> list[float]:
+        """Seconds from ``origin_ns`` to the start of each op, on this host's clock."""
+        return [(start - origin_ns) * 1e-9 for start in self._starts]
 
     def finish(self, slot: int, args: CollectiveArgs) -> None:
         self._backend.wait(args)
@@ -47,9 +57,14 @@ class CudaEventTimer:
         self._backend = backend
         self._starts = [torch.cuda.Event(enable_timing=True) for _ in range(slots)]
         self._ends = [torch.cuda.Event(enable_timing=True) for _ in range(slots)]
+        self._host_starts = [0] * slots  # when the host issued each op: the rank's arrival
 
     def start(self, slot: int) -> None:
+        self._host_starts[slot] = time.perf_counter_ns()
         self._starts[slot].record()
+
+    def arrivals(self, origin_ns: int) -> list[float]:
+        return [(start - origin_ns) * 1e-9 for start in self._host_starts]
 
     def finish(self, slot: int, args: CollectiveArgs) -> None:
         self._backend.wait(args)
@@ -77,31 +92,73 @@ def warm_up(call: Callable[[CollectiveArgs], None], backend: Backend, args: Coll
     backend.complete(args)
 
 
+@dataclass
+class TimedRegion:
+    """One rank's timed region: seconds per sample, and when it arrived at each sample's first op,
+    in seconds after the barrier that opened the region."""
+
+    seconds: list[float]
+    arrivals: list[float]
+
+
 def time_sync(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
-              iters: int) -> list[float]:
-    """Per-op seconds on this rank, each op completed before the next is issued."""
+              iters: int, barrier_per_iter: bool = False) -> TimedRegion:
+    """Per-op seconds on this rank, each op completed before the next is issued, and its arrivals.
+
+    With ``barrier_per_iter`` every op starts from a barrier (outside its timed span), so ranks enter
+    each op together, as nccl-tests' -z does; without it ranks run back to back.
+    """
     args.async_op = False
     timer = make_timer(backend, iters)
     backend.barrier()
+    origin_ns = time.perf_counter_ns()
     for slot in range(iters):
+        if barrier_per_iter:
+            backend.barrier()
         timer.start(slot)
         call(args)
         timer.finish(slot, args)
-    return timer.seconds()
+    return TimedRegion(timer.seconds(), timer.arrivals(origin_ns))
 
 
 def time_async(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
-               iters: int) -> list[float]:
+               iters: int) -> TimedRegion:
     """Seconds per op over one window of ``iters`` ops in flight together, on this rank."""
     args.async_op = True
     timer = make_timer(backend, 1)
     backend.barrier()
+    origin_ns = time.perf_counter_ns()
     timer.start(0)
     for _ in range(iters):
         call(args)
     timer.finish(0, args)
     args.async_op = False
-    return [seconds / iters for seconds in timer.seconds()]
+    return TimedRegion([seconds / iters for seconds in timer.seconds()], timer.arrivals(origin_ns))
 
 
-TIMED_LOOPS: dict[str, Callable[..., list[float]]] = {"sync": time_sync, "async": time_async}
+def time_cuda_graph(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
+                    ops: int, replays: int) -> TimedRegion:
+    """Seconds per op over each of ``replays`` replays of a CUDA graph holding ``ops`` ops.
+
+    Capturing takes the host's launch cost out of the measurement: what is left is the device's own
+    time for the collectives, back to back. A replay's arrival is when the host launched it.
+    """
+    args.async_op = False
+    side = torch.cuda.Stream(backend.device)
+    side.wait_stream(torch.cuda.current_stream(backend.device))
+    with torch.cuda.stream(side):  # one eager op on a side stream before capture, as capture requires
+        call(args)
+    torch.cuda.current_stream(backend.device).wait_stream(side)
+    backend.sync_device()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ops):
+            call(args)
+    timer = CudaEventTimer(backend, replays)
+    backend.barrier()
+    origin_ns = time.perf_counter_ns()
+    for slot in range(replays):
+        timer.start(slot)
+        graph.replay()
+        timer.finish(slot, args)
+    return TimedRegion([seconds / ops for seconds in timer.seconds()], timer.arrivals(origin_ns))

@@ -1,66 +1,23 @@
 """Run a function on N real gloo ranks (separate processes) and collect what each returns."""
 
-import multiprocessing as mp
 import os
-import socket
 import subprocess
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from commbench.launch import run_on_local_ranks
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _rank_main(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
-    import torch.distributed as dist
-
-    os.environ["OMP_NUM_THREADS"] = "1"
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world_size)
-        value = fn(rank, world_size, *args)
-        dist.barrier()
-        dist.destroy_process_group()
-        results.put((rank, "ok", value))
-    except BaseException:
-        results.put((rank, "error", traceback.format_exc()))
 
 
 def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0) -> list[Any]:
     """``fn(rank, world_size, *args)`` on each rank of a fresh gloo group; the return values by rank."""
-    context = mp.get_context("spawn")
-    results = context.Queue()
-    port = free_port()
-    procs = [context.Process(target=_rank_main, args=(fn, rank, world_size, port, args, results))
-             for rank in range(world_size)]
-    for proc in procs:
-        proc.start()
-    collected: dict[int, Any] = {}
-    errors: list[str] = []
     try:
-        for _ in range(world_size):
-            rank, status, value = results.get(timeout=timeout)
-            if status == "ok":
-                collected[rank] = value
-            else:
-                errors.append(f"rank {rank}:\n{value}")
-                break
-    finally:
-        for proc in procs:
-            proc.join(timeout=10 if not errors else 1)
-            if proc.is_alive():
-                proc.kill()
-    if errors:
-        raise AssertionError("\n".join(errors))
-    return [collected[rank] for rank in range(world_size)]
+        return run_on_local_ranks(fn, world_size, *args, timeout_s=timeout)
+    except RuntimeError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def commbench(*args: str, timeout: float = 240.0, env: dict[str, str] | None = None,

@@ -2,7 +2,7 @@
 
 import csv
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -63,6 +63,28 @@ def test_percentiles_match_numpy():
 
 def test_an_iteration_takes_as_long_as_its_slowest_rank():
     assert slowest_rank_per_iteration([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
+
+
+def test_files_written_before_the_pattern_fields_still_load(tmp_path):
+    old = {key: value for key, value in asdict(_row(1024)).items()
+           if key not in ("pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide",
+                          "calls_per_step", "overlap_pct", "compute_size")}
+    (tmp_path / "old.json").write_text(json.dumps({"schema": 1, "meta": {}, "rows": [old]}))
+    (row,) = load_run(tmp_path / "old.json").rows
+    assert row.pattern == "" and row.bucket_mb == "" and row.predivide is None
+    assert row.key()[:7] == ("all_reduce", "float32", "sum", "sync", 1024, 2, "gloo")
+
+
+def test_pattern_rows_differ_in_their_keys_by_unit_phase_and_bucket():
+    base = replace(_row(4096), collective="reduce_scatter_base", pattern="fsdp", model="tiny", unit="block0",
+                   phase="backward", bucket_mb="0", predivide=2.0, postdivide=1.0)
+    variants = [base, replace(base, unit="block1"), replace(base, bucket_mb="25"),
+                replace(base, phase="flush"), replace(base, model="tiny/layers=1"),
+                replace(base, predivide=1.0, postdivide=2.0),
+                replace(base, pattern="", model="", unit="", phase="", bucket_mb="", predivide=None,
+                        postdivide=None)]
+    assert len({row.key() for row in variants}) == len(variants)
+    assert replace(base, compute_size=64).key() == base.key()  # 'auto' sizes vary between runs
 
 
 def test_rows_written_before_the_check_fields_existed_still_load(tmp_path):

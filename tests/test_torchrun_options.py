@@ -15,14 +15,30 @@ def _torchrun_options() -> set[str]:
     return {option for action in get_args_parser()._actions for option in action.option_strings}
 
 
+def _all_commands(command: click.Command) -> list[click.Command]:
+    """A command and, for a group (`pattern`), every command under it."""
+    found = [command]
+    for child in getattr(command, "commands", {}).values():
+        found.extend(_all_commands(child))
+    return found
+
+
+def _options(command: click.Command) -> set[str]:
+    return {name for param in command.params if isinstance(param, click.Option)
+            for name in [*param.opts, *param.secondary_opts] if name.startswith("--")}
+
+
 def _commbench_options() -> set[str]:
     found = set()
-    commands = [cli, *cli.commands.values()]
-    for command in commands:
-        for param in command.params:
-            if isinstance(param, click.Option):
-                found.update(name for name in [*param.opts, *param.secondary_opts] if name.startswith("--"))
+    for command in _all_commands(cli):
+        found |= _options(command)
     return found
+
+
+def test_every_command_is_checked():
+    names = {command.name for command in _all_commands(cli)}
+    assert {"run", "list", "pattern", "fsdp"} <= names
+    assert {"--bucket-mb", "--no-reshard", "--compute-size"} <= _commbench_options()
 
 
 def test_no_option_is_a_prefix_of_a_torchrun_option():
@@ -36,8 +52,12 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     json_path, csv_path = tmp_path / "r.json", tmp_path / "r.csv"
     result = torchrun(2, "--collective", "broadcast", "--sizes", "2K", "--dtype", "bfloat16",
                       "--mode", "both", "--op", "max", "--warmup", "2", "--iters", "3", "--root", "1",
+                      "--time-per-size", "0.25", "--min-iters", "2", "--max-iters", "9", "--precision", "0.2",
+                      "--barrier", "per-iter", "--cuda-graph", "0", "--max-memory", "1G",
                       "--backend", "gloo", "--device", "cpu", "--timeout", "77", "--output-dir",
                       str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet",
+                      "--group-size", "2", "--group-layout", "strided", "--per-rank",
+                      "--skew-threshold", "50",
                       "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
                       "--p2p-window", "4", "--premul-factor", "0.25")
     assert result.returncode == 0, result.stderr
@@ -48,15 +68,60 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert config["ops"] == ["max"] and (config["warmup"], config["iters"], config["root"]) == (2, 3, 1)
     assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 77.0)
     assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    assert (config["time_per_size"], config["min_iters"], config["max_iters"]) == (0.25, 2, 9)
+    assert (config["precision"], config["barrier"], config["cuda_graph"]) == (0.2, "per-iter", 0)
+    assert config["max_memory"] == 1 << 30
+    assert (config["group_size"], config["group_layout"], config["groups"]) == (2, "strided", None)
+    assert config["per_rank"] is True and config["skew_threshold_percent"] == 50.0
     assert config["placements"] == ["in-place"] and config["check"] is True and config["check_every"] == 2
     assert (config["splits"], config["p2p_window"], config["premul_factor"]) == ("spread:0.25", 4, 0.25)
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
     rows = json.loads(json_path.read_text())["rows"]
     assert [(row["placement"], row["wrong"]) for row in rows] == [("in-place", 0), ("in-place", 0)]
+    # --groups excludes --group-size, so it passes through in a run of its own
+    preset = torchrun(2, "--sizes", "1K", "--iters", "1", "--groups", "intra-node", "--json",
+                      str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"), "--quiet")
+    assert preset.returncode == 0, preset.stderr
+    assert json.loads((tmp_path / "p.json").read_text())["meta"]["groups"]["layout"] == "intra-node"
     run_options = {name for param in cli.commands["run"].params if isinstance(param, click.Option)
                    for name in param.opts if name.startswith("--")}
     exercised = {"--collective", "--sizes", "--dtype", "--mode", "--op", "--warmup", "--iters", "--root",
                  "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet",
+                 "--time-per-size", "--min-iters", "--max-iters", "--precision", "--barrier", "--cuda-graph",
+                 "--max-memory", "--group-size", "--group-layout", "--per-rank", "--skew-threshold",
+                 "--groups",
                  "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
+
+
+def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
+    json_path, csv_path = tmp_path / "p.json", tmp_path / "p.csv"
+    result = torchrun(2, "pattern", "fsdp", "--model", "tiny", "--layers", "1", "--bucket-mb", "0,unit",
+                      "--predivide", "1", "--postdivide", "2", "--fallback", "list", "--no-reshard",
+                      "--overlap", "--compute-size", "16", "--check", "--dtype", "bfloat16", "--warmup", "1",
+                      "--iters", "2", "--backend", "gloo", "--device", "cpu", "--timeout", "66",
+                      "--output-dir", str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path),
+                      "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+    payload = json.loads(json_path.read_text())
+    config, rows = payload["meta"]["config"], payload["rows"]
+    assert payload["meta"]["launcher"] == "torchrun" and payload["meta"]["world_size"] == 2
+    assert (config["model"], config["layers"], config["buckets"]) == ("tiny", 1, ["0", "unit"])
+    assert (config["predivide"], config["postdivide"], config["fallback"]) == (1.0, 2.0, "list")
+    assert (config["reshard"], config["overlap"], config["compute_size"], config["check"]) == (
+        False, True, "16", True)
+    assert (config["dtype"], config["warmup"], config["iters"]) == ("bfloat16", 1, 2)
+    assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 66.0)
+    assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    assert {row["collective"] for row in rows} >= {"all_gather", "reduce_scatter", "step"}  # list APIs
+    assert {row["model"] for row in rows} == {"tiny/layers=1"}
+    assert csv_path.read_text().count("\n") == len(rows) + 1
+    exercised = {"--model", "--layers", "--bucket-mb", "--predivide", "--postdivide", "--fallback",
+                 "--reshard", "--no-reshard", "--overlap", "--compute-size", "--check", "--dtype", "--warmup",
+                 "--iters", "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json",
+                 "--quiet"}
+    # a new option added to `pattern fsdp` must be added to this pass-through run too
+    options = _options(cli.commands["pattern"].commands["fsdp"])
+    assert options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised

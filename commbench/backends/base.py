@@ -137,6 +137,23 @@ class Backend(ABC):
         """Library versions worth recording with results (NCCL, ...)."""
         return {}
 
+    # --- groups and coordination ----------------------------------------------------------------
+    def new_groups(self, members: list[list[int]]) -> Any:
+        """Create one process group per member list, on every rank in the same order (as process-group
+        creation requires); return the handle of the group holding this rank."""
+        raise NotImplementedError(f"{type(self).__name__} cannot split the world into groups")
+
+    def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
+        """Wait until every rank has reached the step ``signature`` (``label`` names it in messages) and
+        return the stop signal any rank passed (0: go on). Raises RunError naming the ranks that did not
+        arrive within the timeout. Without a way to coordinate, returns this rank's own signal."""
+        return stop_signal
+
+    def account_for_failure(self, detail: str, grace_s: float) -> str:
+        """After this rank failed: tell the others, wait up to ``grace_s`` for every rank's account, and
+        say what became of them ('rank 2 died (SIGKILL)', ...); '' when nothing is known."""
+        return ""
+
     @abstractmethod
     def shutdown(self) -> None:
         """Release the process group."""

@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 
 from commbench.backends.base import Backend, CollectiveArgs
+from commbench.backends.coordination import Coordinator, StoreLost, connect, key_prefix
+from commbench.errors import RunError, brief
 
 _REDUCE_OPS = {
     "sum": "SUM",
@@ -47,10 +49,11 @@ def reduce_op(name: str, premul_factor: float = 1.0) -> Any:
 class TorchDistBackend(Backend):
     """Collectives through torch.distributed on an already-initialised default process group."""
 
-    def __init__(self, name: str, device: torch.device) -> None:
+    def __init__(self, name: str, device: torch.device, coordinator: Coordinator | None = None) -> None:
         self.name = name
         self.device = device
         self._is_cuda = device.type == "cuda"
+        self._coordinator = coordinator
         self._reduce_scatter_flat = _first_present(
             "reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
         self._all_gather_flat = _first_present(
@@ -62,22 +65,39 @@ class TorchDistBackend(Backend):
     # --- set-up -----------------------------------------------------------------------------
     @classmethod
     def create(cls, name: str, device: torch.device, rank: int, world_size: int,
-               master_addr: str, master_port: int, timeout_s: float) -> "TorchDistBackend":
-        """Initialise the default process group over TCP rendezvous and return the backend."""
+               master_addr: str, master_port: int, timeout_s: float, launcher_hosts_store: bool = False,
+               attempt: str = "0") -> "TorchDistBackend":
+        """Initialise the default process group over a TCP store and return the backend.
+
+        Every rank first checks in through the store, so a rank that never comes is named at the
+        deadline. Without a master address (MPI starts its own ranks) there is no store and no check-in.
+        """
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
         if device.type == "cuda" and name == "nccl":
             options["device_id"] = device  # eager NCCL init: failures surface here, not mid-sweep
-        dist.init_process_group(
-            backend=name,
-            init_method=f"tcp://{master_addr}:{master_port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-            **options,
-        )
-        return cls(name, device)
+        if not master_addr:
+            dist.init_process_group(backend=name, rank=rank, world_size=world_size, **options)
+            return cls(name, device)
+        host = "the launcher" if launcher_hosts_store else "rank 0"
+        where = f"{master_addr}:{master_port} (hosted by {host})"
+        hosts_store = rank == 0 and not launcher_hosts_store
+        try:
+            store = connect(master_addr, master_port, rank, world_size, timeout_s, host_store=hosts_store)
+        except dist.DistError as exc:
+            detail = brief(exc)
+            why = "the port is taken" if hosts_store else \
+                f"its host did not start within {timeout_s:g} s, or MASTER_ADDR/MASTER_PORT point elsewhere"
+            raise RunError(f"rank {rank} could not {'open' if rank == 0 else 'reach'} the rendezvous store "
+                           f"at {where}: {why} ({detail})") from None
+        coordinator = Coordinator(dist.PrefixStore(key_prefix(attempt), store), rank, world_size, timeout_s,
+                                  where, hosts_store)
+        coordinator.join()
+        # The same prefix init_process_group gives its own store, so nothing else sharing it collides.
+        dist.init_process_group(backend=name, store=dist.PrefixStore("default_pg", store), rank=rank,
+                                world_size=world_size, **options)
+        return cls(name, device, coordinator)
 
     def shutdown(self) -> None:
         if dist.is_initialized():
@@ -100,6 +120,30 @@ class TorchDistBackend(Backend):
         if torch.version.cuda:
             found["cuda"] = torch.version.cuda
         return found
+
+    # --- groups and coordination ----------------------------------------------------------------
+    def new_groups(self, members: list[list[int]]) -> Any:
+        mine = None
+        for ranks in members:
+            group = dist.new_group(list(ranks))  # every rank creates every group, in the same order
+            if self.rank in ranks:
+                mine = group
+        return mine
+
+    def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
+        if self._coordinator is None:
+            return stop_signal
+        return self._coordinator.check_in(label, signature, stop_signal)
+
+    def account_for_failure(self, detail: str, grace_s: float) -> str:
+        if self._coordinator is None:
+            return ""
+        try:
+            self._coordinator.report_failure(detail)
+            self._coordinator.await_accounts(grace_s)
+            return self._coordinator.peer_accounts(include_failed=False)
+        except StoreLost as exc:
+            return str(exc)
 
     # --- helpers ------------------------------------------------------------------------------
     def _op(self, args: CollectiveArgs) -> Any:

@@ -1,0 +1,265 @@
+"""Check-ins through the rendezvous store: who joined, who reached a step, who failed or died.
+
+Collectives cannot say which rank is missing: a rank that never comes just makes the others wait. So
+before the process group starts, and before every timed size, each rank checks in through the store
+(a TCPStore hosted by rank 0, or by torchrun's agent) and waits with a deadline. When the deadline
+passes, the keys say which ranks did not arrive and where each was last seen. None of this runs inside
+a timed region.
+
+Keys (under a per-attempt prefix):
+  joined/<r>, joined, joined/all          process-group start
+  at/<r>                                  "<step>\\n<label>": the last step rank r checked in at
+  step/<n>/<signature>/{n,go,stop}        arrivals at step n, the all-arrived flag, an agreed stop
+  failed/<r>, dead/<r>, trouble, deaths   a rank's failure, a launcher's report of a death, counts
+
+A step's key holds its signature (what is measured, with the op counts), so ranks whose sweeps diverge
+wait at different keys and the timeout says which rank is where, instead of hanging in a collective.
+"""
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from commbench.errors import RunError, brief
+from commbench.groups import format_ranks
+
+# Waiting polls the store (a blocking wait would log a warning every time it times out): fast at first,
+# since ranks usually arrive within a millisecond of each other, then slowly so as not to load the store.
+_FIRST_PAUSE_S = 0.0002
+_FAST_PAUSE_S = 0.02
+_SLOW_PAUSE_S = 0.2
+_FAST_PHASE_S = 1.0
+_TROUBLE_CHECK_S = 0.25
+
+
+def key_prefix(attempt: str) -> str:
+    """The prefix of every key of one attempt (torchrun restarts reuse its store)."""
+    return f"commbench/{attempt}/"
+
+
+class StoreLost(RunError):
+    """The store stopped answering: whoever hosts it (rank 0, or the agent) is gone."""
+
+
+class CheckInFailed(RunError):
+    """A check-in ended without every rank: the message already says where the missing ranks are."""
+
+
+class _Deadline(Exception):
+    pass
+
+
+class _Trouble(Exception):
+    pass
+
+
+class Coordinator:
+    """One rank's side of the check-ins, over a store that every rank (and the spawner) can reach."""
+
+    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, store_where: str,
+                 hosts_store: bool = False) -> None:
+        self._store = store
+        self.hosts_store = hosts_store  # this rank's process serves the store: it goes when we exit
+        self.rank = rank
+        self.world_size = world_size
+        self.timeout_s = timeout_s
+        self.store_where = store_where  # for messages: "127.0.0.1:29500 (hosted by rank 0)"
+        self._step = 0
+        self._previous_step_key: str | None = None
+
+    # --- store access -------------------------------------------------------------------------
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._store, method)(*args)
+        except dist.DistError as exc:
+            detail = brief(exc)
+            raise StoreLost(f"rank {self.rank} lost the rendezvous store at {self.store_where}, so its "
+                            f"host is down or unreachable ({detail})") from exc
+
+    def _has(self, key: str) -> bool:
+        return bool(self._call("check", [key]))
+
+    def _text(self, key: str) -> str | None:
+        return self._call("get", key).decode(errors="replace") if self._has(key) else None
+
+    def _wait(self, key: str, deadline: float, also: str | None = None) -> str:
+        """Until ``key`` (or ``also``) exists, returning which; _Deadline when time runs out, _Trouble
+        when a rank failed or died."""
+        started = time.monotonic()
+        pause = _FIRST_PAUSE_S
+        next_trouble_check = started + _TROUBLE_CHECK_S
+        while True:
+            for candidate in (key, also):
+                if candidate is not None and self._has(candidate):
+                    return candidate
+            now = time.monotonic()
+            if now >= deadline:
+                raise _Deadline
+            if now >= next_trouble_check:
+                if self._call("add", "trouble", 0) > 0:
+                    raise _Trouble
+                next_trouble_check = now + _TROUBLE_CHECK_S
+            time.sleep(min(pause, max(deadline - now, 0.0)))
+            limit = _FAST_PAUSE_S if now - started < _FAST_PHASE_S else _SLOW_PAUSE_S
+            pause = min(pause * 2, limit)
+
+    # --- process-group start ------------------------------------------------------------------
+    def join(self) -> None:
+        """Return once every rank has joined; RunError naming the ranks that did not, at the deadline.
+
+        The first rank to reach the deadline publishes who is missing, so every rank that joined says
+        the same, and the rank hosting the store stays until they have read it.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        self._call("set", f"joined/{self.rank}", "1")
+        if self._call("add", "joined", 1) == self.world_size:
+            self._call("set", "joined/all", "1")
+        try:
+            if self._wait("joined/all", deadline, also="joined/missing") == "joined/all":
+                return
+            missing_text = self._text("joined/missing") or ""
+        except _Deadline:
+            missing_text = ",".join(str(r) for r in range(self.world_size) if not self._has(f"joined/{r}"))
+            if not self._has("joined/missing"):
+                self._call("set", "joined/missing", missing_text)
+        except _Trouble:
+            raise CheckInFailed(f"process-group start failed on rank {self.rank}: "
+                                f"{self.peer_accounts() or 'another rank failed'}") from None
+        readers = self._call("add", "joined/read", 1)
+        if self.hosts_store:
+            joined = self._call("add", "joined", 0)
+            linger_until = time.monotonic() + 2.0
+            while readers < joined and time.monotonic() < linger_until:
+                time.sleep(0.02)
+                readers = self._call("add", "joined/read", 0)
+        missing = [int(r) for r in missing_text.split(",") if r]
+        raise CheckInFailed(f"process-group start timed out after {self.timeout_s:g} s on rank "
+                            f"{self.rank}: {format_ranks(missing)} of {self.world_size} did not join "
+                            f"(store {self.store_where})")
+
+    # --- steps --------------------------------------------------------------------------------
+    def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
+        """Arrive at the next step and wait for every rank; return the stop signal any rank asked for
+        (0: go on). A rank asks by passing its signal here, before it arrives, so every rank reads
+        the same answer once all have arrived."""
+        self._step += 1
+        step_key = f"step/{self._step}/{signature}"
+        deadline = time.monotonic() + self.timeout_s
+        self._call("set", f"at/{self.rank}", f"{self._step}\n{signature}\n{label}")
+        if stop_signal:
+            self._call("set", f"{step_key}/stop", str(stop_signal))
+        if self._call("add", f"{step_key}/n", 1) == self.world_size:
+            self._call("set", f"{step_key}/go", "1")
+            if self._previous_step_key is not None:
+                # Every rank has arrived here, so every rank is done reading the previous step's keys.
+                for suffix in ("n", "go", "stop"):
+                    self._call("delete_key", f"{self._previous_step_key}/{suffix}")
+        try:
+            self._wait(f"{step_key}/go", deadline)
+        except _Deadline:
+            raise CheckInFailed(self._missing_message(label, signature)) from None
+        except _Trouble:
+            raise CheckInFailed(f"{label}: stopped on rank {self.rank} before the start: "
+                                f"{self.peer_accounts() or 'another rank failed'}") from None
+        self._previous_step_key = step_key
+        stop = self._text(f"{step_key}/stop")
+        return int(stop) if stop else 0
+
+    def _missing_message(self, label: str, signature: str) -> str:
+        absent: list[int] = []
+        dead: list[str] = []
+        behind: dict[str, list[int]] = {}
+        elsewhere: dict[str, list[int]] = {}
+        never: list[int] = []
+        for rank in range(self.world_size):
+            seen = self._text(f"at/{rank}")
+            step_text, their_signature, where = (seen or "0\n\n").split("\n", 2)
+            if int(step_text) == self._step and their_signature == signature:
+                continue
+            absent.append(rank)
+            died = self._text(f"dead/{rank}")
+            if died:
+                dead.append(f"rank {rank} died ({died})")
+            elif seen is None:
+                never.append(rank)
+            elif int(step_text) < self._step:
+                behind.setdefault(where, []).append(rank)
+            elif where != label:  # the same step, something else: the sweeps diverged
+                elsewhere.setdefault(where, []).append(rank)
+            else:  # the same collective and size, other settings: the ranks were started differently
+                elsewhere.setdefault(f"{their_signature!r} (here {signature!r})", []).append(rank)
+        parts = [*dead]
+        parts += [f"{format_ranks(ranks)} still in {where}" for where, ranks in behind.items()]
+        parts += [f"{format_ranks(ranks)} at {where} instead" for where, ranks in elsewhere.items()]
+        if never:
+            parts.append(f"{format_ranks(never)} never checked in")
+        return (f"{label}: timed out after {self.timeout_s:g} s on rank {self.rank}: {format_ranks(absent)} "
+                f"did not arrive ({'; '.join(parts)})")
+
+    # --- failures -----------------------------------------------------------------------------
+    def report_failure(self, detail: str) -> None:
+        """Tell the other ranks this one failed (they stop waiting at their next check-in)."""
+        self._call("set", f"failed/{self.rank}", detail[:400])
+        self._call("add", "trouble", 1)
+
+    def await_accounts(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` for a launcher to report a death, or for every rank to have failed.
+        Waiting for more would be waiting on ranks that are themselves blocked on the dead one."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if self._call("add", "deaths", 0) > 0 or self._call("add", "trouble", 0) >= self.world_size:
+                return
+            time.sleep(0.05)
+
+    def peer_accounts(self, include_failed: bool = True) -> str:
+        """What is known of the other ranks: which died (the launcher's reason), else which failed
+        (with the first one's message) and which said nothing."""
+        dead, failed, silent = [], [], []
+        for rank in range(self.world_size):
+            if rank == self.rank:
+                continue
+            died = self._text(f"dead/{rank}")
+            if died:
+                dead.append(f"rank {rank} died ({died})")
+            elif self._has(f"failed/{rank}"):
+                failed.append(rank)
+            else:
+                silent.append(rank)
+        if dead:
+            return "; ".join(dead)
+        parts = []
+        if failed and include_failed:
+            first = self._text(f"failed/{failed[0]}") or ""
+            parts.append(f"{format_ranks(failed)} failed (rank {failed[0]}: {first})")
+        if silent and (failed or not include_failed):
+            parts.append(f"{format_ranks(silent)} did not report (hung, or died unseen)")
+        return "; ".join(parts)
+
+
+def connect(host: str, port: int, rank: int, world_size: int, timeout_s: float, host_store: bool
+            ) -> Any:
+    """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does.
+
+    The host does not wait for the others here: Coordinator.join does, and names who is missing.
+    """
+    timeout = timedelta(seconds=timeout_s)
+    if host_store:
+        return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False,
+                             multi_tenant=True)
+    return dist.TCPStore(host, port, world_size, False, timeout)
+
+
+def announce_death(host: str, port: int, attempt: str, rank: int, reason: str,
+                   timeout_s: float = 2.0) -> bool:
+    """From a launcher: record that ``rank`` died (e.g. 'SIGKILL') so the others say so and stop."""
+    try:
+        store = dist.PrefixStore(key_prefix(attempt),
+                                 dist.TCPStore(host, port, None, False, timedelta(seconds=timeout_s)))
+        store.set(f"dead/{rank}", reason)
+        store.add("deaths", 1)
+        store.add("trouble", 1)
+        return True
+    except (dist.DistError, RuntimeError, ValueError):
+        return False  # the store went with its host: the ranks find out on their own

@@ -1,0 +1,167 @@
+"""Console tables for pattern rows (read from rows only, so they work on saved results too).
+
+1. Per unit: the all-gather times (forward, backward) and the reduce-scatter time of each bucketing side
+   by side, p50 microseconds per step.
+2. Per bucketing: time per step, the collectives it issued, the time spent outside collectives, bytes
+   moved, and which bucketing was fastest.
+3. With --overlap: compute alone, communication alone, both, and the overlap percentage.
+"""
+
+from rich.table import Table
+
+from commbench.results import Row
+from commbench.stats import summarize
+
+FLUSH_LABEL = "(end of backward)"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _bucket_name(label: str) -> str:
+    return "per unit" if label == "unit" else f"{label} MiB"
+
+
+def _pooled_p50(rows: list[Row]) -> float | None:
+    samples = [value for row in rows for value in row.samples_us if value is not None]
+    return summarize(samples).p50 if samples else None
+
+
+def pattern_tables(rows: list[Row]) -> list:
+    """Renderables for one pattern run's rows: tables and a closing line naming the best bucketing."""
+    rows = [row for row in rows if row.pattern]
+    if not rows:
+        return []
+    buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
+    first = rows[0]
+    where = (f"{first.pattern} · {first.model} · {first.dtype} · {first.world_size} ranks · predivide "
+             f"{first.predivide:g} · postdivide {first.postdivide:g}")
+    found = [unit_table(rows, buckets, where), step_table(rows, buckets, where)]
+    overlap = overlap_table(rows, buckets, where)
+    if overlap is not None:
+        found.append(overlap)
+    best = best_line(rows)
+    if best:
+        found.append(best)
+    return found
+
+
+def unit_table(rows: list[Row], buckets: list[str], where: str) -> Table:
+    sync = [row for row in rows if row.mode == "sync" and row.phase in ("forward", "backward", "flush")]
+    units = list(dict.fromkeys(row.unit for row in sync if row.phase == "forward"))
+    gathers: dict[tuple[str, str], list[Row]] = {}  # every bucketing's steps ran the same all-gathers
+    for row in sync:
+        if row.collective.startswith("all_gather"):
+            gathers.setdefault((row.unit, row.phase), []).append(row)
+    scatters: dict[tuple[str, str], Row] = {}
+    for row in sync:
+        if row.collective.startswith("reduce_scatter"):
+            scatters[(row.unit, row.bucket_mb)] = row
+    table = Table(title=f"{where} · per unit, p50 µs per step", title_justify="left", header_style="bold")
+    for name in ("unit", "MiB", "elems/rank", "all-gather fwd", "all-gather bwd"):
+        table.add_column(name, justify="left" if name == "unit" else "right")
+    for bucket in buckets:
+        table.add_column(f"reduce-scatter {_bucket_name(bucket)}", justify="right")
+    totals = [0.0] * (2 + len(buckets))
+    for unit in units:
+        forward = gathers.get((unit, "forward"), [])
+        backward = gathers.get((unit, "backward"), [])
+        size = forward[0].size_bytes if forward else 0
+        cells = [unit, f"{size / 2**20:.2f}", str(forward[0].count_per_rank) if forward else "-"]
+        for index, value in enumerate((_pooled_p50(forward), _pooled_p50(backward))):
+            cells.append(_us(value))
+            totals[index] += value or 0.0
+        for index, bucket in enumerate(buckets):
+            cells.append(_scatter_cell(scatters.get((unit, bucket))))
+            totals[2 + index] += _p50(scatters.get((unit, bucket)))
+        table.add_row(*cells)
+    if any(("", bucket) in scatters for bucket in buckets):
+        cells = [FLUSH_LABEL, "", "", "", ""]
+        for index, bucket in enumerate(buckets):
+            cells.append(_scatter_cell(scatters.get(("", bucket))))
+            totals[2 + index] += _p50(scatters.get(("", bucket)))
+        table.add_row(*cells)
+    table.add_row("total", "", "", *(_us(value) for value in totals), style="bold")
+    return table
+
+
+def _p50(row: Row | None) -> float:
+    return 0.0 if row is None else row.time_us_p50
+
+
+def _scatter_cell(row: Row | None) -> str:
+    if row is None:
+        return "-"
+    calls = f" ({row.calls_per_step})" if row.calls_per_step and row.calls_per_step > 1 else ""
+    return f"{row.time_us_p50:.1f}{calls}"
+
+
+def step_table(rows: list[Row], buckets: list[str], where: str) -> Table:
+    table = Table(title=f"{where} · time per step", title_justify="left", header_style="bold")
+    for name in ("bucketing", "collectives", "reduce-scatters", "step p50 µs", "p95 µs", "min µs", "max µs",
+                 "in collectives µs", "outside µs", "MiB moved", "algbw GB/s", ""):
+        table.add_column(name, justify="left" if name == "bucketing" else "right")
+    best = _best(rows)
+    for bucket in buckets:
+        step = _find(rows, bucket, "sync", "step")
+        if step is None:
+            continue
+        collectives = _find(rows, bucket, "sync", "collectives")
+        scatters = sum(row.calls_per_step or 0 for row in rows if row.bucket_mb == bucket
+                       and row.mode == "sync" and row.collective.startswith("reduce_scatter"))
+        table.add_row(_bucket_name(bucket), str(step.calls_per_step), str(scatters), _us(step.time_us_p50),
+                      _us(step.time_us_p95), _us(step.time_us_min), _us(step.time_us_max),
+                      _us(None if collectives is None else collectives.time_us_p50),
+                      _us(_outside(step, collectives)), f"{step.size_bytes / 2**20:.1f}",
+                      "-" if step.algbw_gbps is None else f"{step.algbw_gbps:.3f}",
+                      "best" if best is not None and step is best and len(buckets) > 1 else "")
+    return table
+
+
+def _outside(step: Row, collectives: Row | None) -> float | None:
+    """p50 over steps of the time outside collectives (divisions, copies into buckets, callbacks)."""
+    if collectives is None or len(step.samples_us) != len(collectives.samples_us) or not step.samples_us:
+        return None
+    return summarize([total - inside for total, inside in zip(step.samples_us, collectives.samples_us,
+                                                               strict=True)]).p50
+
+
+def overlap_table(rows: list[Row], buckets: list[str], where: str) -> Table | None:
+    if not any(row.phase == "comm+compute" for row in rows):
+        return None
+    table = Table(title=f"{where} · overlap (async collectives, a matmul per unit and pass)",
+                  title_justify="left", header_style="bold")
+    for name in ("bucketing", "matmul N", "compute µs", "comm µs", "both µs", "overlap %"):
+        table.add_column(name, justify="left" if name == "bucketing" else "right")
+    for bucket in buckets:
+        comm, compute, both = (_find(rows, bucket, "async", phase)
+                               for phase in ("comm", "compute", "comm+compute"))
+        if None in (comm, compute, both):
+            continue
+        table.add_row(_bucket_name(bucket), str(both.compute_size), _us(compute.time_us_p50),
+                      _us(comm.time_us_p50), _us(both.time_us_p50),
+                      "-" if both.overlap_pct is None else f"{both.overlap_pct:.1f}")
+    return table
+
+
+def _find(rows: list[Row], bucket: str, mode: str, phase: str) -> Row | None:
+    return next((row for row in rows if row.bucket_mb == bucket and row.mode == mode and row.phase == phase),
+                None)
+
+
+def _best(rows: list[Row]) -> Row | None:
+    steps = [row for row in rows if row.mode == "sync" and row.phase == "step"]
+    return min(steps, key=lambda row: row.time_us_p50) if steps else None
+
+
+def best_line(rows: list[Row]) -> str:
+    """'best bucketing: ...' when more than one bucketing was measured."""
+    steps = [row for row in rows if row.mode == "sync" and row.phase == "step"]
+    if len(steps) < 2:
+        return ""
+    best = min(steps, key=lambda row: row.time_us_p50)
+    worst = max(steps, key=lambda row: row.time_us_p50)
+    ratio = worst.time_us_p50 / best.time_us_p50 if best.time_us_p50 > 0 else float("inf")
+    return (f"best bucketing: {_bucket_name(best.bucket_mb)} ({best.time_us_p50:.1f} µs per step, p50); "
+            f"the slowest, {_bucket_name(worst.bucket_mb)}, takes {ratio:.2f}x as long")

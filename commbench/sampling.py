@@ -1,0 +1,197 @@
+"""How many ops to time at each size, and when to stop.
+
+Adaptive (the default), after Intel MPI Benchmarks' dynamic policy: one probe op is timed, the max over
+ranks is taken, and rank 0 chooses a count that fits the per-size time budget, between --min-iters and
+--max-iters and never above the count of a smaller size. Ops then run in batches; after each batch rank 0
+computes the 95% confidence interval of the median and stops once it is within --precision. Every count
+is decided on rank 0 and broadcast, so all ranks run the same number of ops. A fixed --iters N turns
+adaptation off.
+
+Async mode samples windows: a fixed --iters N is one window of N ops; adaptively the count is split into
+windows of about a tenth of it, so the windows' per-op times have a median and an interval too.
+
+An ``Interlude`` (--check-every) runs untimed work after every N timed ops: no timed region (sync batch
+or async window) then spans more than N ops, and the work runs between regions, whose barriers keep it
+out of the next one.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from commbench.backends.base import Backend, CollectiveArgs
+from commbench.stats import MIN_SAMPLES_FOR_CI, ci95_rel, slowest_rank_per_iteration
+from commbench.timing import TimedRegion, time_async, time_cuda_graph, time_sync
+
+ASYNC_WINDOWS = 10  # adaptive async mode splits its op count into about this many windows
+
+
+@dataclass(frozen=True)
+class SamplingPolicy:
+    fixed_iters: int | None  # None: adaptive
+    time_per_size: float
+    min_iters: int
+    max_iters: int
+    precision: float
+    barrier_per_iter: bool = False
+    cuda_graph_replays: int = 0
+
+
+class IterationBudget:
+    """The calibrated op counts of one collective x dtype x op x mode, by size."""
+
+    def __init__(self, policy: SamplingPolicy) -> None:
+        self.policy = policy
+        self._counts: dict[int, int] = {}
+
+    def choose(self, size_bytes: int, probe_seconds: float) -> int:
+        """Ops that fit the time budget after a probe of ``probe_seconds`` (max over ranks)."""
+        policy = self.policy
+        fitting = policy.max_iters if probe_seconds <= 0 else int(policy.time_per_size / probe_seconds)
+        count = max(policy.min_iters, min(policy.max_iters, fitting))
+        smaller = [n for size, n in self._counts.items() if size < size_bytes]
+        if smaller:  # a larger message never gets more iterations than a smaller one
+            count = min(count, min(smaller))
+        larger = [n for size, n in self._counts.items() if size > size_bytes]
+        if larger:  # sizes given out of order: stay at or above what larger sizes got
+            count = max(count, max(larger))
+        self._counts[size_bytes] = count
+        return count
+
+
+@dataclass
+class Interlude:
+    """Untimed work (a checked op) to run after every ``every`` timed ops, between timed regions."""
+
+    every: int
+    run: Callable[[], None]
+    since: int = 0  # timed ops since the work last ran
+    ran: bool = False
+
+    def after(self, ops: int) -> None:
+        self.since += ops
+        if self.since >= self.every:
+            self._run()
+
+    def finish(self) -> None:
+        """After the last region: run once more unless it just ran."""
+        if self.since or not self.ran:
+            self._run()
+
+    def _run(self) -> None:
+        self.run()
+        self.since, self.ran = 0, True
+
+
+@dataclass
+class Sampled:
+    per_rank_seconds: list[list[float]]  # [rank][sample], seconds per op
+    ops: int  # ops timed in all
+    # [rank][sample]: when the rank entered the sample, seconds after the barrier opening its region
+    per_rank_arrivals: list[list[float]] = field(default_factory=list)
+
+    @property
+    def slowest(self) -> list[float]:
+        return slowest_rank_per_iteration(self.per_rank_seconds)
+
+
+def _extend(into: list[list[float]] | None, batch: list[list[float]]) -> list[list[float]]:
+    if into is None:
+        return [list(values) for values in batch]
+    for mine, new in zip(into, batch, strict=True):
+        mine.extend(new)
+    return into
+
+
+def _gather(backend: Backend, regions: list[TimedRegion]) -> tuple[list[list[float]], list[list[float]]]:
+    """Every rank's seconds and arrivals of these regions, in one gather: [rank][sample] each."""
+    seconds = [value for region in regions for value in region.seconds]
+    arrivals = [value for region in regions for value in region.arrivals]
+    gathered = backend.all_gather_floats(seconds + arrivals)
+    count = len(seconds)
+    return [values[:count] for values in gathered], [values[count:] for values in gathered]
+
+
+def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
+            policy: SamplingPolicy, budget: IterationBudget, size_bytes: int,
+            interlude: Interlude | None = None) -> Sampled:
+    """Time ``call`` in ``mode`` under ``policy``; every rank returns the same samples of every rank.
+
+    With an ``interlude`` its work runs after every ``interlude.every`` timed ops (not with CUDA graphs,
+    whose replays are checked only after timing).
+    """
+    if policy.cuda_graph_replays:
+        ops = policy.fixed_iters or 20
+        seconds, arrivals = _gather(backend, [time_cuda_graph(call, backend, args, ops,
+                                                              policy.cuda_graph_replays)])
+        return Sampled(seconds, ops * policy.cuda_graph_replays, arrivals)
+    if policy.fixed_iters is not None:
+        regions = _split_timed(call, backend, args, mode, policy, policy.fixed_iters, interlude)
+        seconds, arrivals = _gather(backend, regions)
+        return Sampled(seconds, policy.fixed_iters, arrivals)
+
+    probe_seconds = time_sync(call, backend, args, 1).seconds
+    probe = max(max(values) for values in backend.all_gather_floats(probe_seconds))
+    count = budget.choose(size_bytes, probe) if backend.rank == 0 else 0
+    count = backend.broadcast_object(count)
+
+    # Sync samples ops; async samples windows of `ops_per_sample` ops.
+    ops_per_sample = 1 if mode == "sync" else max(1, math.ceil(count / ASYNC_WINDOWS))
+    if interlude is not None and mode != "sync":
+        ops_per_sample = min(ops_per_sample, interlude.every)  # a window never spans a check
+    samples_wanted = math.ceil(count / ops_per_sample)
+    first_batch = min(samples_wanted, max(policy.min_iters, 2 * MIN_SAMPLES_FOR_CI))
+    per_rank: list[list[float]] | None = None
+    per_rank_arrivals: list[list[float]] | None = None
+    taken, batch = 0, first_batch
+    while batch > 0:
+        if mode == "sync":
+            regions = _split_timed(call, backend, args, mode, policy, batch, interlude)
+        else:
+            regions = []
+            for _ in range(batch):
+                regions.append(time_async(call, backend, args, ops_per_sample))
+                if interlude is not None:
+                    interlude.after(ops_per_sample)
+        seconds, arrivals = _gather(backend, regions)
+        per_rank = _extend(per_rank, seconds)
+        per_rank_arrivals = _extend(per_rank_arrivals, arrivals)
+        taken += batch
+        if backend.rank == 0:
+            batch = _next_batch(slowest_rank_per_iteration(per_rank), taken, samples_wanted, policy)
+        batch = backend.broadcast_object(batch)
+    assert per_rank is not None and per_rank_arrivals is not None
+    return Sampled(per_rank, taken * ops_per_sample, per_rank_arrivals)
+
+
+def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingPolicy) -> int:
+    """0 to stop: the budget is spent or the median is known to within the precision asked for."""
+    if taken >= wanted:
+        return 0
+    if taken >= policy.min_iters:
+        relative = ci95_rel(samples)
+        if relative is not None and relative <= policy.precision:
+            return 0
+    return min(wanted - taken, taken)  # double what has been taken, within the budget
+
+
+def _split_timed(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
+                 policy: SamplingPolicy, iters: int, interlude: Interlude | None) -> list[TimedRegion]:
+    """``iters`` timed ops as one region, or as regions of at most ``interlude.every`` ops with the
+    interlude's work between them."""
+    regions = []
+    remaining = iters
+    while remaining > 0:
+        ops = remaining if interlude is None else min(remaining, interlude.every)
+        regions.append(_timed(call, backend, args, mode, policy, ops))
+        remaining -= ops
+        if interlude is not None:
+            interlude.after(ops)
+    return regions
+
+
+def _timed(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
+           policy: SamplingPolicy, iters: int) -> TimedRegion:
+    if mode == "sync":
+        return time_sync(call, backend, args, iters, barrier_per_iter=policy.barrier_per_iter)
+    return time_async(call, backend, args, iters)

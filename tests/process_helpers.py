@@ -1,0 +1,84 @@
+"""Watching real processes from a test: a run's rank processes, its files as they fill, and whether
+anything it started is still alive (Linux /proc)."""
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.dist_helpers import ROOT
+
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def start_commbench(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The real CLI in the background, without a launcher's variables unless ``env`` gives them."""
+    full_env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
+    full_env.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "commbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT,
+                            stdin=subprocess.DEVNULL)
+
+
+def _parent_and_rank(pid: int) -> tuple[int, int | None] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return None
+    rank = next((int(item[5:]) for item in environ if item.startswith(b"RANK=")), None)
+    return parent, rank
+
+
+def rank_processes(parent_pid: int, count: int, timeout: float = 60.0) -> dict[int, int]:
+    """rank -> pid of the ``count`` rank processes a spawner started."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                info = _parent_and_rank(int(entry.name))
+                if info is not None and info[0] == parent_pid and info[1] is not None:
+                    found[info[1]] = int(entry.name)
+        if len(found) == count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_until_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still running after up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+def csv_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def wait_for_rows(path: Path, count: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Until the CSV holds ``count`` rows; fails if the run ends or time runs out first."""
+    deadline = time.monotonic() + timeout
+    while len(csv_rows(path)) < count:
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (status {proc.returncode}) before {count} rows: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {count} rows in {path} within {timeout} s")
+        time.sleep(0.02)

@@ -1,0 +1,136 @@
+"""Check-ins over a real TCPStore, one thread per rank: joins, steps, stops, missing and dead ranks."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from commbench.backends.coordination import Coordinator, announce_death, key_prefix
+from commbench.errors import RunError
+from commbench.groups import format_ranks
+from commbench.launch import free_port
+
+
+class Ranks:
+    """``world_size`` coordinators sharing one store server, as the ranks of a run would."""
+
+    def __init__(self, world_size: int, timeout_s: float = 5.0) -> None:
+        self.port = free_port()
+        self.server = dist.TCPStore("127.0.0.1", self.port, world_size, True, timedelta(seconds=30),
+                                    wait_for_workers=False, multi_tenant=True)
+        self.coordinators = [
+            Coordinator(dist.PrefixStore(key_prefix("0"),
+                                         dist.TCPStore("127.0.0.1", self.port, world_size, False,
+                                                       timedelta(seconds=30))),
+                        rank, world_size, timeout_s, f"127.0.0.1:{self.port}", hosts_store=rank == 0)
+            for rank in range(world_size)]
+
+    def run(self, work, ranks=None) -> dict[int, object]:
+        """``work(coordinator)`` on a thread per rank; what each returned or raised, by rank."""
+        results: dict[int, object] = {}
+
+        def target(rank: int) -> None:
+            try:
+                results[rank] = work(self.coordinators[rank])
+            except Exception as exc:  # collected for the test to inspect
+                results[rank] = exc
+
+        threads = [threading.Thread(target=target, args=(rank,))
+                   for rank in (range(len(self.coordinators)) if ranks is None else ranks)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        return results
+
+
+def test_every_rank_joins_then_steps_together():
+    ranks = Ranks(3)
+    assert ranks.run(lambda c: c.join()) == {0: None, 1: None, 2: None}
+    steps = ranks.run(lambda c: [c.check_in(f"size {n}", f"s{n}") for n in range(5)])
+    assert steps == {rank: [0] * 5 for rank in range(3)}
+
+
+def test_old_step_keys_are_removed():
+    ranks = Ranks(2)
+    ranks.run(lambda c: [c.check_in("a", f"s{n}") for n in range(3)])
+    keys_after_3 = ranks.server.num_keys()
+    ranks.run(lambda c: [c.check_in("a", f"t{n}") for n in range(30)])
+    assert ranks.server.num_keys() <= keys_after_3 + 1  # not 3 keys per step, forever
+
+
+def test_a_stop_asked_by_one_rank_is_agreed_by_all():
+    ranks = Ranks(3)
+
+    def work(coordinator: Coordinator) -> list[int]:
+        asked = 15 if coordinator.rank == 1 else 0
+        return [coordinator.check_in("first", "1"), coordinator.check_in("second", "2", asked)]
+
+    assert ranks.run(work) == {rank: [0, 15] for rank in range(3)}
+
+
+def test_missing_rank_is_named_with_where_it_is():
+    ranks = Ranks(3, timeout_s=0.5)
+    ranks.run(lambda c: c.check_in("size 1 KiB", "1"))
+    # rank 2 goes on to another size: the others wait for it at 2 KiB, it waits for them at 4 KiB
+    results = ranks.run(lambda c: c.check_in("size 4 KiB" if c.rank == 2 else "size 2 KiB",
+                                             "4" if c.rank == 2 else "2"))
+    for rank in (0, 1):
+        message = str(results[rank])
+        assert isinstance(results[rank], RunError)
+        assert message.startswith(f"size 2 KiB: timed out after 0.5 s on rank {rank}: rank 2 did not arrive")
+        assert "rank 2 at size 4 KiB instead" in message
+    assert "ranks 0-1 did not arrive (ranks 0-1 at size 2 KiB instead)" in str(results[2])
+
+
+def test_ranks_started_with_other_settings_are_told_apart():
+    ranks = Ranks(2, timeout_s=0.5)
+    results = ranks.run(lambda c: c.check_in("size 1 KiB", f"size 1 KiB|iters {5 + c.rank}"))
+    assert "rank 1 did not arrive (rank 1 at 'size 1 KiB|iters 6' (here 'size 1 KiB|iters 5') instead)" \
+        in str(results[0])
+
+
+def test_rank_that_is_still_busy_is_named():
+    ranks = Ranks(2, timeout_s=0.5)
+    ranks.run(lambda c: c.check_in("size 1 KiB", "1"))
+    results = ranks.run(lambda c: c.check_in("size 2 KiB", "2"), ranks=[0])
+    assert "rank 1 did not arrive (rank 1 still in size 1 KiB)" in str(results[0])
+
+
+def test_rank_that_never_joins_is_named_on_every_rank_that_did():
+    ranks = Ranks(4, timeout_s=0.5)
+    results = ranks.run(lambda c: c.join(), ranks=[0, 1])
+    for rank in (0, 1):
+        assert "ranks 2-3 of 4 did not join" in str(results[rank])
+
+
+def test_death_reported_by_the_launcher_ends_the_wait_early():
+    ranks = Ranks(3, timeout_s=20)
+    ranks.run(lambda c: c.check_in("size 1 KiB", "1"))
+    threading.Timer(0.3, announce_death, args=("127.0.0.1", ranks.port, "0", 2, "SIGKILL")).start()
+    started = time.monotonic()
+    results = ranks.run(lambda c: c.check_in("size 2 KiB", "2"), ranks=[0, 1])
+    assert time.monotonic() - started < 10  # not the 20 s timeout
+    for rank in (0, 1):
+        assert "rank 2 died (SIGKILL)" in str(results[rank])
+    # a rank that fails afterwards hears of the death at once
+    coordinator = ranks.coordinators[0]
+    coordinator.report_failure("all_reduce failed")
+    coordinator.await_accounts(grace_s=5)
+    assert coordinator.peer_accounts(include_failed=False) == "rank 2 died (SIGKILL)"
+
+
+def test_a_peer_failure_is_reported_to_ranks_waiting_at_a_step():
+    ranks = Ranks(3, timeout_s=20)
+    threading.Timer(0.3, lambda: ranks.coordinators[2].report_failure("out of memory")).start()
+    results = ranks.run(lambda c: c.check_in("size 2 KiB", "2"), ranks=[0, 1])
+    for rank in (0, 1):
+        assert "rank 2 failed (rank 2: out of memory)" in str(results[rank])
+
+
+@pytest.mark.parametrize("ranks, text", [
+    ([3], "rank 3"), ([0, 1, 2, 5, 7, 8], "ranks 0-2, 5, 7-8"), ([4, 2], "ranks 2, 4")])
+def test_format_ranks(ranks, text):
+    assert format_ranks(ranks) == text

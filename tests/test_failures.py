@@ -1,0 +1,179 @@
+"""Ranks that die, hang, diverge or are interrupted: the run ends, says which rank, and keeps its rows.
+
+Every test runs the real CLI on 3 local ranks (or starts ranks by hand) and acts on the processes from
+outside, as a cluster would: SIGKILL to one rank, a rank that never starts, signals to the launcher.
+Times are only bounded generously relative to the --timeout each test sets.
+"""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from commbench.errors import Terminated
+from commbench.launch import StopRequests, free_port
+from tests.dist_helpers import commbench
+from tests.process_helpers import (
+    csv_rows,
+    rank_processes,
+    start_commbench,
+    wait_for_rows,
+    wait_until_gone,
+)
+
+TIMEOUT_S = 5
+# Many quick sizes: the sweep is surely still running when the test acts after its first rows.
+LONG_SWEEP = ["--collective", "all_reduce", "--sizes", "1K:2000K:+1K", "--iters", "2", "--warmup", "0",
+              "--quiet", "--timeout", str(TIMEOUT_S)]
+
+
+def _files(tmp_path):
+    return tmp_path / "r.csv", tmp_path / "r.json"
+
+
+def _start(tmp_path, nproc: int = 3):
+    csv_path, json_path = _files(tmp_path)
+    proc = start_commbench(*LONG_SWEEP, "--nproc", str(nproc), "--csv", str(csv_path),
+                           "--json", str(json_path))
+    ranks = rank_processes(proc.pid, nproc)
+    assert sorted(ranks) == list(range(nproc))
+    wait_for_rows(csv_path, 2, proc)
+    return proc, ranks
+
+
+def _kept_rows(tmp_path) -> tuple[list[dict], dict]:
+    """The CSV rows and the JSON payload, checked to agree row for row."""
+    csv_path, json_path = _files(tmp_path)
+    payload = json.loads(json_path.read_text())  # whole, never half-written
+    rows = csv_rows(csv_path)
+    assert len(rows) >= 2
+    assert [int(row["size_bytes"]) for row in rows] == [row["size_bytes"] for row in payload["rows"]]
+    assert list(tmp_path.glob(".*.tmp")) == []  # no temporary JSON left behind
+    return rows, payload
+
+
+def test_killed_rank_is_named_and_earlier_rows_are_kept(tmp_path):
+    proc, ranks = _start(tmp_path)
+    killed_at = time.monotonic()
+    os.kill(ranks[2], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=TIMEOUT_S + 60)
+    elapsed = time.monotonic() - killed_at
+    assert proc.returncode == 1, stderr
+    assert elapsed < TIMEOUT_S + 10, f"took {elapsed:.1f} s to stop after the kill"
+    assert "rank 2 died (SIGKILL)" in stderr
+    assert "Traceback (most recent call last)" not in stderr
+    _, payload = _kept_rows(tmp_path)
+    meta = payload["meta"]
+    assert meta["status"] == "failed"
+    assert "all_reduce" in meta["error"] and "rank 2 died (SIGKILL)" in meta["error"]
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
+    # SIGSTOP: the rank stays alive but does nothing, as a hung one would. The others' collective
+    # times out, they say so and name the silent rank; the launcher stops it and names it too.
+    proc, ranks = _start(tmp_path)
+    hung_at = time.monotonic()
+    os.kill(ranks[2], signal.SIGSTOP)
+    _, stderr = proc.communicate(timeout=TIMEOUT_S + 60)
+    elapsed = time.monotonic() - hung_at
+    assert proc.returncode == 1, stderr
+    assert elapsed < TIMEOUT_S + 20, f"took {elapsed:.1f} s with --timeout {TIMEOUT_S}"
+    # Inside a collective, the others' collective times out and rank 2 says nothing afterwards; between
+    # two sizes, the others' check-in times out waiting for it. Either way rank 2 is named.
+    assert ("failed at size" in stderr and "rank 2 did not report" in stderr) or \
+        ("timed out after 5 s" in stderr and "rank 2 did not arrive (rank 2 still in all_reduce" in stderr)
+    assert "rank 2 did not stop within 4 s of rank " in stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "failed" and "all_reduce" in payload["meta"]["error"]
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+def test_rank_that_skips_a_size_is_named_at_the_timeout(tmp_path):
+    csv_path, json_path = _files(tmp_path)
+    started = time.monotonic()
+    timeout_s = 5
+    result = commbench("--collective", "all_reduce", "--sizes", "1K:16K", "--nproc", "3",
+                       "--timeout", str(timeout_s), "--csv", str(csv_path), "--json", str(json_path),
+                       "--quiet", env={"COMMBENCH_TEST_SKIP": "2:4K"}, timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert elapsed < timeout_s + 30  # start-up of 3 ranks included
+    lines = result.stderr.strip().splitlines()
+    # ranks 0 and 1 wait at 4 KiB and name rank 2, which went on to 8 KiB
+    waiting = [line for line in lines if "at size 4 KiB: timed out after 5 s" in line]
+    assert len(waiting) == 2, result.stderr
+    instead = "rank 2 at all_reduce (float32, sum, in-place) at size 8 KiB instead"
+    assert all("rank 2 did not arrive" in line and instead in line for line in waiting)
+    assert "Traceback" not in result.stderr
+    payload = json.loads(json_path.read_text())
+    assert [row["size_bytes"] for row in payload["rows"]] == [1024, 2048]  # measured before the skip
+    assert [row["size_bytes"] for row in csv_rows(csv_path)] == ["1024", "2048"]
+    assert payload["meta"]["status"] == "failed"
+    assert "at size 4 KiB" in payload["meta"]["error"] and "rank 2 did not arrive" in payload["meta"]["error"]
+
+
+def test_rank_that_never_joins_is_named(tmp_path):
+    port = str(free_port())
+    timeout_s = 4
+    started = time.monotonic()
+    procs = [start_commbench("--sizes", "1K", "--timeout", str(timeout_s), "--quiet",
+                             "--output-dir", str(tmp_path),
+                             env={"RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank),
+                                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank in (0, 1)]  # rank 2 never starts
+    outputs = [proc.communicate(timeout=timeout_s + 60) for proc in procs]
+    elapsed = time.monotonic() - started
+    assert elapsed < timeout_s + 30
+    for rank, (proc, (_, stderr)) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 1, stderr
+        assert f"process-group start timed out after {timeout_s} s on rank {rank}: rank 2 of 3 did not join" \
+            in stderr
+    assert not list(tmp_path.iterdir())  # nothing was measured, so no files
+
+
+def test_sigint_to_the_launcher_keeps_the_rows_and_exits_130(tmp_path):
+    proc, ranks = _start(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=TIMEOUT_S + 60)
+    assert proc.returncode == 130, stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "interrupted"
+    assert payload["meta"]["error"] == "stopped by SIGINT"
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+def test_sigterm_to_rank_0_alone_stops_every_rank(tmp_path):
+    # As under mpirun or srun, where a signal may reach one rank: the others stop with it at the next
+    # size instead of waiting for it in a collective.
+    proc, ranks = _start(tmp_path)
+    os.kill(ranks[0], signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=TIMEOUT_S + 60)
+    assert proc.returncode == 143, stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "interrupted"
+    assert "stopped by SIGTERM" in payload["meta"]["error"]
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+def test_killed_launcher_leaves_no_orphans(tmp_path):
+    proc, ranks = _start(tmp_path)
+    proc.kill()  # no chance to forward anything: the ranks learn from PR_SET_PDEATHSIG
+    proc.communicate(timeout=30)
+    assert wait_until_gone(list(ranks.values()), TIMEOUT_S + 10) == []
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "interrupted"
+
+
+def test_second_signal_stops_at_once():
+    stops = StopRequests()
+    with pytest.raises(Terminated):  # before the work first asks, a signal stops at once
+        stops._handle(signal.SIGINT, None)
+    assert stops.requested() == 0
+    stops._handle(signal.SIGINT, None)
+    assert stops.requested() == signal.SIGINT  # the first only asks the sweep to stop
+    with pytest.raises(Terminated) as raised:
+        stops._handle(signal.SIGTERM, None)
+    assert raised.value.exit_code == 143

@@ -1,0 +1,260 @@
+"""The FSDP pattern: layout and divide factors, the bucketer's schedule, bucketed == direct results on real
+gloo groups (with padding at 3 ranks and pre/post-division equal to a plain average), the overlap
+arithmetic, and the command end to end."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from commbench.backends.torch_dist import TorchDistBackend
+from commbench.errors import RunError
+from commbench.patterns.bucketing import ReduceScatterBucketer
+from commbench.patterns.fsdp import (
+    Checker,
+    FsdpStep,
+    ShardState,
+    grad_values,
+    param_values,
+    run_check,
+    step_dry,
+)
+from commbench.patterns.models import load_model
+from commbench.patterns.overlap import calibrate_size, overlap_percent
+from commbench.patterns.schedule import DRY, SYNC, Issuer
+from commbench.patterns.sharding import (
+    MIB,
+    default_divide_factors,
+    divide_factors,
+    parse_buckets,
+    shard_model,
+)
+from commbench.results import load_run
+from tests.dist_helpers import commbench, run_ranks
+
+CPU = torch.device("cpu")
+
+
+# --- pure arithmetic -----------------------------------------------------------------------------
+
+def test_parameters_are_padded_to_a_multiple_of_the_world_size():
+    plan = shard_model(load_model("tiny"), 3)
+    embeddings, block0, _, head = plan.units
+    token, position = embeddings.params
+    assert (token.numel, token.chunk, token.padding, token.offset) == (1552, 518, 2, 0)
+    assert (position.numel, position.chunk, position.padding, position.offset) == (528, 176, 0, 518)
+    assert embeddings.shard_numel == 694 and embeddings.full_numel == 3 * 694
+    scale = head.params[-1]
+    assert (scale.numel, scale.chunk, scale.padding) == (1, 1, 2)  # one element, a chunk per rank
+    assert block0.offset == 694 and plan.shard_numel == sum(unit.shard_numel for unit in plan.units)
+    assert plan.padding == 22 and shard_model(load_model("tiny"), 2).padding == 3
+    assert shard_model(load_model("gpt2-small"), 2).padding == 0
+
+
+def test_divide_factors_split_the_world_size_as_fsdp_does():
+    expected = {1: (1, 1), 2: (2, 1), 3: (2, 1.5), 4: (2, 2), 6: (4, 1.5), 8: (4, 2), 16: (4, 4), 32: (8, 4)}
+    for world, factors in expected.items():
+        assert default_divide_factors(world) == factors
+    for world in range(1, 65):
+        predivide, postdivide = default_divide_factors(world)
+        assert predivide * postdivide == world and predivide <= math.sqrt(world) * 2
+    assert divide_factors(8, 2.0, None) == (2.0, 4.0) and divide_factors(8, None, 8.0) == (1.0, 8.0)
+    assert divide_factors(8, 3.0, 5.0) == (3.0, 5.0)
+
+
+def test_bucket_sizes_parse_to_capacities():
+    buckets = parse_buckets("unit, 0,1,25,1.0,2.5")
+    assert [b.label for b in buckets] == ["unit", "0", "1", "25", "2.5"]
+    assert [b.capacity_bytes for b in buckets] == [None, 0, MIB, 25 * MIB, int(2.5 * MIB)]
+    plan = shard_model(load_model("gpt2-small"), 4)
+    assert buckets[3].capacity_elements(plan, 4) == 25 * MIB // 16  # all ranks' chunks share the bytes
+    assert buckets[0].capacity_elements(plan, 4) == plan.max_unit_shard == plan.units[0].shard_numel
+    tiny = shard_model(load_model("tiny"), 4)
+    assert buckets[3].capacity_elements(tiny, 4) == tiny.shard_numel  # never more than the whole model
+
+
+def test_overlap_percent_is_osu_s_formula():
+    # overlap = 100 * (1 - (t_both - t_compute) / t_comm), within [0, 100]
+    assert overlap_percent(comm_us=100, compute_us=100, both_us=100) == 100  # fully hidden
+    assert overlap_percent(comm_us=100, compute_us=100, both_us=200) == 0  # serialised
+    assert overlap_percent(comm_us=100, compute_us=100, both_us=150) == 50
+    assert overlap_percent(comm_us=80, compute_us=40, both_us=100) == 25  # 60 of the 80 µs stayed exposed
+    assert overlap_percent(comm_us=100, compute_us=50, both_us=100) == 50  # only 50 µs of compute to hide in
+    assert overlap_percent(comm_us=100, compute_us=100, both_us=260) == 0
+    assert overlap_percent(comm_us=100, compute_us=100, both_us=90) == 100  # noise: capped
+    assert overlap_percent(comm_us=0, compute_us=100, both_us=100) is None
+
+
+def test_compute_size_calibration_finds_the_target_time():
+    def seconds_at(size: int) -> float:  # a cubic matmul plus a fixed launch cost
+        return 2e-10 * size**3 + 2e-5
+
+    size = calibrate_size(seconds_at, target_seconds=0.05)
+    assert abs(seconds_at(size) - 0.05) / 0.05 < 0.1
+    assert calibrate_size(seconds_at, target_seconds=1e-9) == 16  # the smallest size
+    assert calibrate_size(seconds_at, target_seconds=0.0) == 128
+
+
+def test_the_bucketer_flushes_on_overflow_and_reduces_big_gradients_directly():
+    backend = TorchDistBackend("gloo", CPU)  # a dry issuer never calls torch.distributed
+    bucketer = ReduceScatterBucketer(backend, 2, capacity=10, dtype=torch.float32, device=CPU,
+                                     direct_numel=24)
+    issuer = Issuer(backend, DRY, "test")
+    bucketer.issuer = issuer
+    delivered = []
+    for chunk in (4, 4, 4, 12, 3):
+        bucketer.reduce_scatter(torch.ones(2 * chunk), lambda result: delivered.append(result.numel()),
+                                output=torch.empty(chunk), predivide=2.0, unit=f"u{chunk}")
+    bucketer.flush_all(unit="", phase="flush")
+    bucketer.complete_all()
+    assert [(label.count_per_rank, label.unit, label.phase) for label in issuer.labels] == [
+        (8, "u4", "backward"),  # the third 4 would overflow 10: the first two go
+        (12, "u12", "backward"),  # larger than the whole bucket: on its own
+        (7, "", "flush"),  # what is left at the end of the backward pass
+    ]
+    assert [label.size_bytes for label in issuer.labels] == [64, 96, 56]
+    assert delivered == [4, 4, 12, 4, 3]
+
+
+# --- real gloo groups -----------------------------------------------------------------------------
+
+def _reduce_with_each_bucketing(rank: int, world_size: int, buckets: str, given: tuple, list_api: bool,
+                                dtype_name: str) -> dict:
+    dtype = getattr(torch, dtype_name)
+    backend = TorchDistBackend("gloo", CPU)
+    plan = shard_model(load_model("tiny"), world_size)
+    factors = divide_factors(world_size, *given)
+    state = ShardState(plan, dtype, CPU)
+    checker = Checker(state, factors, rank)  # its deterministic parameters and gradients
+    gathered_buffers = [torch.zeros(plan.max_unit_shard * world_size, dtype=dtype)]
+    gathered: dict[str, list[float]] = {}
+
+    class Hooks:
+        def gathered(self, unit, rows):
+            gathered[unit.name] = rows.to(torch.float64).flatten().tolist()
+
+        def backward(self, unit):
+            checker.backward(unit)
+
+    results = {}
+    for bucketing in parse_buckets(buckets):
+        step = FsdpStep(backend, state, bucketing, factors, gathered_buffers, reshard=True, list_api=list_api)
+        step_dry(backend, step, "test")
+        state.grad_shards.fill_(float("nan"))  # a result no callback delivered stays NaN
+        step.run(Issuer(backend, SYNC, "test"), hooks=Hooks())
+        results[bucketing.label] = state.grad_shards.to(torch.float64).tolist()
+    checker.verify(parse_buckets(buckets)[-1])
+    clean = list(checker.mismatches)
+    good = state.grad_shards.clone()
+    state.grad_shards[3] += 1  # a wrong result must not pass --check
+    checker.verify(parse_buckets(buckets)[-1])
+    corrupted = list(checker.mismatches)
+    # a mismatch on one rank fails the check on every rank (none is left waiting in a collective)
+    checker.mismatches, checker.reference = [], good
+    if rank == world_size - 1:
+        checker.reference[0] = -1.0
+    try:
+        run_check(backend, checker, step, "fsdp tiny, bucket test")
+        failure = ""
+    except RunError as exc:
+        failure = str(exc)
+    return {"results": results, "gathered": gathered, "factors": factors, "clean": clean,
+            "corrupted": corrupted, "failure": failure}
+
+
+def _assert_reduced_and_gathered(outcome: list[dict], world_size: int, dtype: torch.dtype) -> None:
+    plan = shard_model(load_model("tiny"), world_size)
+    reference = [rank["results"]["0"] for rank in outcome]
+    for label in outcome[0]["results"]:
+        # bucketed results equal the unbucketed (one reduce-scatter per parameter) ones, element for element
+        assert [rank["results"][label] for rank in outcome] == reference, label
+    for unit in plan.units:
+        for param in unit.params:
+            start = unit.offset + param.offset
+            reduced = [value for rank in range(world_size)
+                       for value in reference[rank][start: start + param.chunk]]
+            # the plain average of every rank's gradient, computed here in float64
+            ranks = torch.stack([grad_values(param, rank, torch.float64, CPU) for rank in range(world_size)])
+            average = (ranks.sum(0) / world_size).tolist()
+            assert reduced[: param.numel] == average[: param.numel], param.name
+            assert reduced[param.numel:] == [0.0] * param.padding  # the padding reduces to zero
+            # every rank gathered the whole parameter, padding included, exactly
+            rows = torch.tensor(outcome[0]["gathered"][unit.name]).view(world_size, unit.shard_numel)
+            full = rows[:, param.offset: param.offset + param.chunk].flatten()
+            assert torch.equal(full, param_values(param, dtype, CPU).to(torch.float64))
+    for rank in outcome:
+        assert rank["clean"] == []
+    assert any("reduced gradient" in message for rank in outcome for message in rank["corrupted"])
+    last = world_size - 1
+    for rank in outcome:
+        assert rank["failure"].startswith(f"fsdp tiny, bucket test: check failed on rank {last}: reduced "
+                                          "gradient embeddings.tok.weight")
+        assert "against the unbucketed result" in rank["failure"] and "expected -1" in rank["failure"]
+
+
+def test_bucketed_equals_direct_with_padding_and_the_average_at_3_ranks():
+    buckets = "0,unit,0.0001,0.0005,1"  # per parameter, per unit, 13 and 65 elements per rank, everything
+    outcome = run_ranks(_reduce_with_each_bucketing, 3, buckets, (None, None), False, "float32")
+    assert outcome[0]["factors"] == (2.0, 1.5)  # the default split of 3: not a whole postdivide
+    assert shard_model(load_model("tiny"), 3).padding > 0
+    _assert_reduced_and_gathered(outcome, 3, torch.float32)
+
+
+def test_list_fallback_and_given_factors_in_bfloat16_at_2_ranks():
+    outcome = run_ranks(_reduce_with_each_bucketing, 2, "0,unit,0.0002", (1.0, None), True, "bfloat16")
+    assert outcome[0]["factors"] == (1.0, 2.0)
+    _assert_reduced_and_gathered(outcome, 2, torch.bfloat16)
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp_path):
+    result = commbench("pattern", "fsdp", "--model", "tiny", "--bucket-mb", "unit,0,0.001", "--check",
+                       "--overlap", "--compute-size", "32", "--iters", "2", "--nproc", "2",
+                       "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "fsdp · tiny · float32 · 2 ranks · predivide 2 · postdivide 1 · per unit, p50 µs per step" in out
+    assert "time per step" in out and "best bucketing: " in out and "overlap %" in out
+    assert "reduce-scatter 0.001 MiB" in out and "(end of backward)" in out
+    assert out.count("checked") == 3
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    saved = load_run(run_dir / "results.json")
+    rows = saved.rows
+    assert saved.meta["status"] == "complete" and saved.meta["config"]["pattern"] == "fsdp"
+    assert {row.bucket_mb for row in rows} == {"unit", "0", "0.001"}
+    assert all(row.pattern == "fsdp" and row.model == "tiny" and row.predivide == 2.0 for row in rows)
+    assert len({row.key() for row in rows}) == len(rows)  # every row is its own measurement
+    units = [row.unit for row in rows if row.bucket_mb == "0" and row.phase == "forward"]
+    assert units == ["embeddings", "block0", "block1", "head"]
+    direct = [row for row in rows if row.bucket_mb == "0" and row.collective == "reduce_scatter_base"]
+    assert sum(row.calls_per_step for row in direct) == 16  # one per parameter
+    for bucket in ("unit", "0", "0.001"):
+        step = next(r for r in rows if r.bucket_mb == bucket and r.phase == "step")
+        parts = [r for r in rows if r.bucket_mb == bucket and r.phase in ("forward", "backward", "flush")]
+        assert step.size_bytes == sum(r.size_bytes for r in parts)  # bytes moved add up
+        assert step.calls_per_step == sum(r.calls_per_step for r in parts)
+        comm, compute, both = (next(r for r in rows if r.bucket_mb == bucket and r.phase == phase)
+                               for phase in ("comm", "compute", "comm+compute"))
+        assert both.compute_size == 32 and comm.mode == "async"
+        assert both.overlap_pct == pytest.approx(
+            overlap_percent(comm.time_us_p50, compute.time_us_p50, both.time_us_p50))
+        assert 0 <= both.overlap_pct <= 100
+    header = (run_dir / "results.csv").read_text().splitlines()[0].split(",")
+    assert {"pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide"} <= set(header)
+    assert json.loads((run_dir / "results.json").read_text())["rows"][0]["unit"] == "embeddings"
+
+
+def test_no_launcher_spawns_three_ranks_and_cuts_layers(tmp_path):
+    json_path = Path(tmp_path) / "r.json"
+    result = commbench("pattern", "fsdp", "--model", "tiny", "--layers", "1", "--no-reshard", "--iters", "1",
+                       "--nproc", "3", "--json", str(json_path), "--output-dir", str(tmp_path), "--quiet")
+    assert result.returncode == 0, result.stderr
+    saved = load_run(json_path)
+    assert saved.meta["world_size"] == 3 and saved.meta["launcher"] == "local"
+    assert {row.model for row in saved.rows} == {"tiny/layers=1"}
+    assert {row.unit for row in saved.rows if row.phase == "forward"} == {"embeddings", "block0", "head"}
+    assert not any(row.phase == "backward" and row.collective.startswith("all_gather") for row in saved.rows)
+    assert {(row.predivide, row.postdivide) for row in saved.rows} == {(2.0, 1.5)}
