@@ -179,3 +179,14 @@ def test_nccl_premul_sum_and_uneven_lists(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rows, _ = _rows(tmp_path)
     _assert_all_right(rows)
+
+
+def test_check_in_strided_groups(tmp_path):
+    # two groups of 2 ({0, 2} and {1, 3}) check at once: roots, peers and values are the groups' own
+    result = commbench(*"--collective all_reduce,broadcast,all_gather_v,ring,ping_pong --group-size 2 "
+                        "--group-layout strided --root 1 --check --sizes 4K --iters 2 --nproc 4".split(),
+                       "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows, _ = _rows(tmp_path)
+    _assert_all_right(rows)
+    assert {(r["group_size"], r["group_count"]) for r in rows} == {(2, 2)} and len(rows) == 5
