@@ -25,10 +25,11 @@ from commbench import __version__
 from commbench.backends.base import Backend
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config import RunConfig
-from commbench.console import ConsoleReporter, make_console
 from commbench.errors import RunError, Terminated, UsageError
+from commbench.fit import fit_rows
+from commbench.formats import Reporter, make_reporter
 from commbench.results import ResultWriter, Row, RunMeta
-from commbench.runner import NullOutput, Output, run_sweep
+from commbench.runner import NullOutput, Output, run_benchmarks
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
@@ -192,10 +193,12 @@ def _wait_for_ranks(procs: list[subprocess.Popen], grace_s: float, received: lis
     return code
 
 
-def check_local_launch(config: RunConfig) -> None:
+def check_local_launch(configs: list[RunConfig]) -> None:
     """What the spawner can check before starting ranks."""
-    if config.root >= config.nproc:
-        raise UsageError(f"--root {config.root} is outside the world of {config.nproc} ranks")
+    config = configs[0]
+    for benchmark in configs:
+        if benchmark.root >= config.nproc:
+            raise UsageError(f"--root {benchmark.root} is outside the world of {config.nproc} ranks")
     if config.device == "cuda" and config.nproc > torch.cuda.device_count():
         raise UsageError(f"--nproc {config.nproc} needs {config.nproc} CUDA devices (one per rank); "
                          f"this machine has {torch.cuda.device_count()}")
@@ -203,14 +206,39 @@ def check_local_launch(config: RunConfig) -> None:
 
 # --- one rank's run -----------------------------------------------------------------------------
 
-def launch(config: RunConfig, environ: Mapping[str, str] | None = None) -> int:
-    """Run the benchmark: as one rank of a launched job, or by spawning local ranks."""
+def launch(configs: list[RunConfig], environ: Mapping[str, str] | None = None) -> int:
+    """Run the benchmarks (one, or a sweep file's) in one process group: as one rank of a launched job,
+    or by spawning local ranks that re-run the same command line. The run-wide settings (backend,
+    device, files, ...) are the same in every config; the first one's are used."""
+    environ = os.environ if environ is None else environ
+    config = configs[0]
+    info = detect(environ, config.backend)
+    if info is None:
+        check_local_launch(configs)
+        return spawn_local(config.argv, config.nproc)
+    return run_rank(configs, info, environ)
+
+
+def launch_list(config: RunConfig, environ: Mapping[str, str] | None = None) -> int:
+    """`commbench list`: probe the backend on the launched ranks, or on ``config.nproc`` spawned ones
+    (on CUDA at most one per device)."""
+    from commbench.console import make_console
+    from commbench.probe import print_support, probe_all
+
     environ = os.environ if environ is None else environ
     info = detect(environ, config.backend)
     if info is None:
-        check_local_launch(config)
-        return spawn_local(config.argv, config.nproc)
-    return run_rank(config, info, environ)
+        nproc = min(config.nproc, torch.cuda.device_count()) if config.device == "cuda" else config.nproc
+        return spawn_local(config.argv, nproc)
+    backend = start_backend(config, info)
+    try:
+        probes = probe_all(backend)
+        if info.rank == 0:
+            print_support(make_console(), probes, backend)
+        backend.barrier()
+    finally:
+        backend.shutdown()
+    return 0
 
 
 def select_device(config: RunConfig, info: RankInfo) -> torch.device:
@@ -243,8 +271,13 @@ def make_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: list[str],
+def _config_record(config: RunConfig) -> dict:
+    return {key: value for key, value in asdict(config).items() if key != "argv"}
+
+
+def build_meta(configs: list[RunConfig], info: RankInfo, backend: Backend, hostnames: list[str],
                environ: Mapping[str, str]) -> RunMeta:
+    config = configs[0]
     recorded = {key: value for key, value in sorted(environ.items())
                 if key.startswith(RECORDED_ENV_PREFIXES)}
     return RunMeta(
@@ -261,14 +294,16 @@ def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: l
         hostnames=hostnames,
         versions=backend.versions(),
         env=recorded,
-        config={key: value for key, value in asdict(config).items() if key != "argv"},
+        config=_config_record(config),
+        benchmarks=[_config_record(benchmark) for benchmark in configs],
     )
 
 
 class RecordingOutput:
-    """Rank 0's output: every row to the files as it arrives, tables to the console."""
+    """Rank 0's output: every row to the files as it arrives, then each group's α-β fits; the console
+    reporter shows both in the format asked for."""
 
-    def __init__(self, writer: ResultWriter, reporter: ConsoleReporter) -> None:
+    def __init__(self, writer: ResultWriter, reporter: Reporter) -> None:
         self.writer = writer
         self.reporter = reporter
 
@@ -277,9 +312,13 @@ class RecordingOutput:
 
     def row(self, row: Row) -> None:
         self.writer.add(row)
+        self.reporter.row(row)
 
     def group_done(self, rows: list[Row]) -> None:
-        self.reporter.group_done(rows)
+        fits = fit_rows(rows)
+        if fits:
+            self.writer.add_fits([fit.to_dict() for fit in fits])
+        self.reporter.group_done(rows, fits)
 
 
 def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
@@ -293,22 +332,23 @@ def _raise_terminated(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
-def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str]) -> int:
+def run_rank(configs: list[RunConfig], info: RankInfo, environ: Mapping[str, str]) -> int:
     signal.signal(signal.SIGTERM, _raise_terminated)
+    config = configs[0]  # the run-wide settings
     backend = start_backend(config, info)
     writer: ResultWriter | None = None
     output: Output = NullOutput()
-    reporter: ConsoleReporter | None = None
+    reporter: Reporter | None = None
     try:
         hostnames = backend.all_gather_object(socket.gethostname())
         if info.rank == 0:
-            meta = build_meta(config, info, backend, hostnames, environ)
-            reporter = ConsoleReporter(make_console(config.quiet))
+            meta = build_meta(configs, info, backend, hostnames, environ)
+            reporter = make_reporter(config.output_format, config.quiet)
             reporter.header(meta)
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        run_sweep(config, backend, output)
+        run_benchmarks(configs, backend, output)
         backend.barrier()
     except BaseException as exc:
         if writer is not None:

@@ -44,13 +44,21 @@ class Row:
     busbw_gbps: float | None
     busbw_factor: float
     samples_us: list[float] = field(default_factory=list)  # per iteration, max over ranks; JSON only
+    benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
+    root: int = -1  # root rank of a rooted collective, -1 for the others (nccl-tests' convention)
 
     def key(self) -> tuple:
-        """What identifies the same measurement in another run."""
-        return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
-                self.backend)
+        """What identifies the same measurement in another run (compare matches rows on it)."""
+        return tuple(getattr(self, name) for name in KEY_FIELDS)
+
+    def series(self) -> dict[str, Any]:
+        """The key without the size: one line of a plot, one α-β fit."""
+        return {name: getattr(self, name) for name in SERIES_FIELDS}
 
 
+# A new field that tells measurements apart (a placement, ...) goes here; compare, fits and plots follow.
+KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend")
+SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 CSV_COLUMNS = [f.name for f in fields(Row) if f.name != "samples_us"]
 
 
@@ -69,20 +77,21 @@ class RunMeta:
     hostnames: list[str]
     versions: dict[str, str]
     env: dict[str, str]
-    config: dict[str, Any]
+    config: dict[str, Any]  # the first benchmark's configuration (the only one without a sweep file)
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)  # every benchmark's, in run order
     status: str = "running"  # running | complete | failed | interrupted
     finished_at: str | None = None
     error: str | None = None
 
 
-def _clean(value: Any) -> Any:
+def clean_for_json(value: Any) -> Any:
     """JSON has no NaN or infinity: write them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, list):
-        return [_clean(item) for item in value]
+        return [clean_for_json(item) for item in value]
     if isinstance(value, dict):
-        return {key: _clean(item) for key, item in value.items()}
+        return {key: clean_for_json(item) for key, item in value.items()}
     return value
 
 
@@ -91,7 +100,7 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
-            json.dump(_clean(payload), out, indent=1)
+            json.dump(clean_for_json(payload), out, indent=1)
             out.write("\n")
             out.flush()
             os.fsync(out.fileno())
@@ -109,6 +118,7 @@ class ResultWriter:
         self.csv_path = csv_path
         self.json_path = json_path
         self.rows: list[Row] = []
+        self.fits: list[dict[str, Any]] = []
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
         self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
@@ -124,6 +134,11 @@ class ResultWriter:
         os.fsync(self._csv_file.fileno())
         self._write_json()
 
+    def add_fits(self, fits: list[dict[str, Any]]) -> None:
+        """The α-β fits of a group of rows that just finished."""
+        self.fits.extend(fits)
+        self._write_json()
+
     def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
         self.meta.status = status
         self.meta.finished_at = finished_at
@@ -136,6 +151,7 @@ class ResultWriter:
             "schema": SCHEMA_VERSION,
             "meta": asdict(self.meta),
             "rows": [asdict(row) for row in self.rows],
+            "fits": self.fits,
         })
 
 
@@ -144,18 +160,36 @@ class SavedRun:
     meta: dict[str, Any]
     rows: list[Row]
     path: Path
+    fits: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return str(self.meta.get("run_id") or self.path)
+
+    def describe(self) -> str:
+        """'run ID (gloo, cpu, 2 ranks, host)' for headings."""
+        meta = self.meta
+        hosts = sorted(set(meta.get("hostnames") or []))
+        where = hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts"
+        return (f"{self.label} ({meta.get('backend', '?')}, {meta.get('device', '?')}, "
+                f"{meta.get('world_size', '?')} ranks, {where})")
 
 
 def load_run(path: str | Path) -> SavedRun:
-    """Read a results.json written by commbench (any run, any machine)."""
+    """Read a results.json written by commbench (any run, any machine); a run directory works too."""
     path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
     try:
         payload = json.loads(path.read_text())
         known = {f.name for f in fields(Row)}
         rows = [Row(**{key: value for key, value in raw.items() if key in known})
                 for raw in payload["rows"]]
+        fits = [dict(fit) for fit in payload.get("fits", [])]
+        if not isinstance(payload.get("meta", {}), dict):
+            raise TypeError("meta is not an object")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such results file") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path}: not a commbench results.json ({type(exc).__name__}: {exc})") from None
-    return SavedRun(meta=payload.get("meta", {}), rows=rows, path=path)
+    return SavedRun(meta=payload.get("meta", {}), rows=rows, path=path, fits=fits)

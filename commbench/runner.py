@@ -85,6 +85,14 @@ def plan_sizes(collective: Collective, sizes: list[int], world_size: int, dtype:
     return planned, notes
 
 
+def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output) -> list[Row]:
+    """A run: its benchmarks (one, or a sweep file's list) in order, in one process group."""
+    rows: list[Row] = []
+    for config in configs:
+        rows.extend(run_sweep(config, backend, output))
+    return rows
+
+
 def run_sweep(config: RunConfig, backend: Backend, output: Output) -> list[Row]:
     """Every row of the sweep, reported to ``output`` as each finishes."""
     world_size = backend.world_size
@@ -168,4 +176,6 @@ def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype
         busbw_gbps=None if algbw is None else algbw * factor,
         busbw_factor=factor,
         samples_us=samples_us,
+        benchmark=config.name,
+        root=config.root if collective.rooted else -1,
     )
