@@ -158,6 +158,23 @@ def option_defaults(command: click.Command) -> dict[str, Any]:
             if isinstance(param, click.Option) and param.name}
 
 
+# --- reading saved results ----------------------------------------------------------------------
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, metavar="BASE.json NEW.json [MORE.json ...]")
+@click.option("--fail-above", type=float, default=None, metavar="PCT",
+              help="Exit 1 when a significant slowdown exceeds PCT percent (a CI regression gate).")
+@click.option("--significance-level", type=float, default=0.05, show_default=True,
+              help="p-value below which a difference counts as significant (Mann-Whitney U test).")
+@click.option("--markdown", is_flag=True, help="Print Markdown tables instead of console tables.")
+def compare(files: tuple[str, ...], fail_above: float | None, significance_level: float,
+            markdown: bool) -> int:
+    """Compare saved runs row by row: each later file against the first."""
+    from commbench.compare import compare_command
+
+    return compare_command(list(files), fail_above, significance_level, markdown)
+
+
 @cli.command("list")
 @click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
 @click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu].")
