@@ -21,6 +21,7 @@ from commbench.config import (
     RunConfig,
     is_list_field,
     list_field_from_text,
+    parse_list,
     resolve,
     resolve_backend_and_device,
 )
@@ -173,6 +174,29 @@ def compare(files: tuple[str, ...], fail_above: float | None, significance_level
     from commbench.compare import compare_command
 
     return compare_command(list(files), fail_above, significance_level, markdown)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, metavar="RUN.json [RUN2.json ...]")
+@click.option("--output", "-o", "output_path", default="commbench.png", show_default=True,
+              help="The image to write (.png, .svg or .pdf).")
+@click.option("--collective", default=None, help="Plot only these collectives (comma list).")
+def plot(files: tuple[str, ...], output_path: str, collective: str | None) -> None:
+    """Plot busbw and latency against size for saved runs."""
+    from commbench.plot import plot_command
+
+    plot_command(list(files), output_path, None if collective is None else parse_list(collective))
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, metavar="RUN.json [RUN2.json ...]")
+@click.option("--output", "-o", "output_path", default="report.html", show_default=True,
+              help="The HTML page to write.")
+def report(files: tuple[str, ...], output_path: str) -> None:
+    """Write one self-contained HTML page: metadata, plots, tables, α-β fits and a comparison."""
+    from commbench.report import report_command
+
+    report_command(list(files), output_path)
 
 
 @cli.command("list")
