@@ -93,7 +93,8 @@ def run(ctx: click.Context, config_file: str | None, **options: Any) -> int:
 def sweep(ctx: click.Context, sweep_file: str, **options: Any) -> int:
     """Run the benchmarks of a sweep file in one process group; options typed here override the file.
 
-    Every benchmark's rows go to one results.csv and results.json. See configs/ for examples.
+    Every benchmark's rows go to one results.csv and results.json. The defaults shown below apply only
+    to settings the file leaves out. See configs/ for examples.
     """
     return _launch(ctx, sweep_file, options)
 
