@@ -168,6 +168,15 @@ class Session:
     stop_requested: Callable[[], int] = _no_stop
 
 
+def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
+                   session: Session | None = None) -> list[Row]:
+    """A run: its benchmarks (one, or a sweep file's list) in order, in one process group."""
+    rows: list[Row] = []
+    for config in configs:
+        rows.extend(run_sweep(config, backend, output, session))
+    return rows
+
+
 def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Session | None = None
               ) -> list[Row]:
     """Every row of the sweep, reported to ``output`` as each finishes.
@@ -299,4 +308,6 @@ def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype
         samples_us=samples_us,
         rank_mean_us=[sum(values) / len(values) for values in map(_microseconds, sampled.per_rank_seconds)],
         rank_skew_us=_microseconds(skews),
+        benchmark=config.name,
+        root=config.root if collective.rooted else -1,
     )
