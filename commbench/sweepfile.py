@@ -34,6 +34,7 @@ from commbench.config import (
     resolve,
 )
 from commbench.errors import UsageError, did_you_mean
+from commbench.shipped import shipped_file
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
 _NOT_IN_FILES = {"argv"}
@@ -62,7 +63,10 @@ def load_sweep(path: str | Path, base: dict[str, Any], overrides: dict[str, Any]
                aliases: dict[str, str] | None = None) -> list[RunConfig]:
     """The resolved benchmarks of a sweep file; ``base`` holds the command line's defaults as RunConfig
     fields, ``overrides`` the fields the user typed. UsageError, with file and line, on any problem."""
-    return _SweepFile(Path(path), aliases).configs(base, overrides)
+    found = Path(path)
+    if not found.exists():  # a bare name such as `smoke` is one of the sweep files commbench ships
+        found = shipped_file(str(path)) or found
+    return _SweepFile(found, aliases).configs(base, overrides)
 
 
 class _SweepFile:
