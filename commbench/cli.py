@@ -1,4 +1,5 @@
-"""The command line. `commbench [run] OPTIONS` benchmarks; other commands work on saved results.
+"""The command line. `commbench [run] OPTIONS` and `commbench sweep FILE.yaml` benchmark; compare, plot
+and report read saved results.json files; list probes what the backend supports.
 
 Every option has a full long name that is not a prefix of one of torchrun's options, so options written
 after `torchrun ... -m commbench` reach commbench (the one exception is --nproc, which only means
@@ -6,15 +7,27 @@ something without a launcher; under torchrun use torchrun's --nproc-per-node).
 """
 
 import sys
+from dataclasses import fields, replace
+from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from commbench import __version__
-from commbench.collectives import PLACEMENTS, REGISTRY
-from commbench.config import MODES, REDUCE_OPS, RunConfig, parse_list, parse_placements, resolve
-from commbench.dtypes import known_dtypes
+from commbench.config import (
+    DEFAULT_SIZES,
+    OUTPUT_FORMATS,
+    REDUCE_OPS,
+    SCALAR_TEXT_PARSERS,
+    RunConfig,
+    is_list_field,
+    list_field_from_text,
+    parse_list,
+    resolve,
+    resolve_backend_and_device,
+)
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
-from commbench.sizes import parse_size, parse_sizes
+from commbench.sweepfile import load_sweep
 
 DEFAULTS = RunConfig()
 
@@ -40,28 +53,17 @@ def cli() -> None:
 
 
 @cli.command()
+@click.option("--config", "config_file", default=None, metavar="FILE.yaml",
+              help="Run a sweep file (like `commbench sweep FILE.yaml`); options typed here override it.")
 @click.option("--collective", default=",".join(DEFAULTS.collectives), show_default=True,
               help="Comma list of collectives, or 'all' (see `commbench list`).")
-@click.option("--sizes", default="1K:16M", show_default=True,
+@click.option("--sizes", default=DEFAULT_SIZES, show_default=True,
               help="Sizes in bytes: 1K:1G (doubling), 1K:1G:x4, 1M:64M:+8M, 1K,3K,1M or 4096. "
                    "K/M/G are powers of 1024.")
 @click.option("--dtype", default=",".join(DEFAULTS.dtypes), show_default=True, help="Comma list of dtypes.")
 @click.option("--mode", default="sync", show_default=True, help="sync, async or both.")
 @click.option("--op", default="sum", show_default=True,
               help=f"Reduce ops for reducing collectives, comma list of {', '.join(REDUCE_OPS)}.")
-@click.option("--placement", default=None,
-              help="out-of-place, in-place or both, for all_reduce, reduce_scatter_base and all_gather_base "
-                   "[default: all_reduce in place, the others out of place].")
-@click.option("--check", is_flag=True,
-              help="After timing each size, run one op on known values and count wrong elements.")
-@click.option("--check-every", type=int, default=DEFAULTS.check_every, show_default=True,
-              help="Also check after every N timed iterations (implies --check; 0: once per size).")
-@click.option("--splits", default=DEFAULTS.splits, show_default=True,
-              help="v-collectives: spread:F (0..1) or a CSV/YAML file of a world x world byte matrix.")
-@click.option("--p2p-window", type=int, default=DEFAULTS.p2p_window, show_default=True,
-              help="Messages in flight per op for p2p_uni and p2p_bidir.")
-@click.option("--premul-factor", type=float, default=DEFAULTS.premul_factor, show_default=True,
-              help="The factor of --op premul_sum (NCCL only).")
 @click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True, help="Untimed ops per size.")
 @click.option("--iters", type=int, default=None,
               help="Timed ops per size and mode; turns adaptive iteration counts off [default: adaptive].")
@@ -91,6 +93,9 @@ def cli() -> None:
               help="Each run writes DIR/<run-id>/results.csv and results.json.")
 @click.option("--csv", "csv_path", default=None, help="Write the CSV exactly here instead.")
 @click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead.")
+@click.option("--format", "output_format", default=DEFAULTS.output_format, show_default=True,
+              help=f"Console output: {', '.join(OUTPUT_FORMATS)} (nccl-tests' columns; JSON lines "
+                   "on stdout).")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
 @click.option("--group-size", type=int, default=None,
               help="Split the world into groups of this many ranks that run each collective at once "
@@ -106,24 +111,138 @@ def cli() -> None:
               default=DEFAULTS.skew_threshold_percent, show_default=True,
               help="Name the slowest rank when a rank's arrival skew exceeds this percentage of the "
                    "p50 time.")
+@click.option("--placement", default=None,
+              help="out-of-place, in-place or both, for all_reduce, reduce_scatter_base and all_gather_base "
+                   "[default: all_reduce in place, the others out of place].")
+@click.option("--check", is_flag=True,
+              help="After timing each size, run one op on known values and count wrong elements.")
+@click.option("--check-every", type=int, default=DEFAULTS.check_every, show_default=True,
+              help="Also check after every N timed ops (implies --check; 0: once per size).")
+@click.option("--splits", default=DEFAULTS.splits, show_default=True,
+              help="v-collectives: spread:F (0..1) or a CSV/YAML file of a world x world byte matrix.")
+@click.option("--p2p-window", type=int, default=DEFAULTS.p2p_window, show_default=True,
+              help="Messages in flight per op for p2p_uni and p2p_bidir.")
+@click.option("--premul-factor", type=float, default=DEFAULTS.premul_factor, show_default=True,
+              help="The factor of --op premul_sum (NCCL only).")
 @click.pass_context
-def run(ctx: click.Context, collective: str, sizes: str, dtype: str, mode: str, op: str,
-        max_memory: str | None, placement: str | None, **options) -> int:
+def run(ctx: click.Context, config_file: str | None, **options: Any) -> int:
     """Benchmark collectives over a range of message sizes (the default command)."""
+    return _launch(ctx, config_file, options)
+
+
+@cli.command("sweep", params=[click.Argument(["sweep_file"], metavar="FILE.yaml"),
+                              *[param for param in run.params if param.name != "config_file"]])
+@click.pass_context
+def sweep(ctx: click.Context, sweep_file: str, **options: Any) -> int:
+    """Run the benchmarks of a sweep file in one process group; options typed here override the file.
+
+    Every benchmark's rows go to one results.csv and results.json. The defaults shown below apply only
+    to settings the file leaves out. See configs/ for examples.
+    """
+    return _launch(ctx, sweep_file, options)
+
+
+def option_fields(command: click.Command) -> dict[str, str]:
+    """Each option's parameter name -> the RunConfig field it sets (`collective` -> `collectives`)."""
+    known = {f.name for f in fields(RunConfig)}
+    found = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name:
+            for name in (param.name, param.name + "s"):
+                if name in known:
+                    found[param.name] = name
+                    break
+    return found
+
+
+def sweep_file_aliases(command: click.Command) -> dict[str, str]:
+    """The command line's spellings as sweep-file keys: `collective`, `timeout`, `output-dir`, ..."""
+    by_param = option_fields(command)
+    return {opt[2:]: by_param[param.name] for param in command.params if param.name in by_param
+            for opt in param.opts if opt.startswith("--")}
+
+
+def fields_from_options(values: dict[str, Any], command: click.Command) -> dict[str, Any]:
+    """RunConfig fields from the options' values: list fields are parsed from their text form."""
+    by_param = option_fields(command)
+    found = {}
+    for name, value in values.items():
+        field_name = by_param.get(name)
+        if field_name is None:
+            continue
+        if isinstance(value, str) and is_list_field(field_name):
+            value = list_field_from_text(field_name, value)
+        elif isinstance(value, str) and field_name in SCALAR_TEXT_PARSERS:
+            value = SCALAR_TEXT_PARSERS[field_name](value)
+        found[field_name] = value
+    return found
+
+
+def _launch(ctx: click.Context, config_file: str | None, options: dict[str, Any]) -> int:
     from commbench.launch import launch
 
-    config = RunConfig(
-        collectives=parse_list(collective),
-        sizes=parse_sizes(sizes),
-        dtypes=parse_list(dtype),
-        modes=parse_list(mode),
-        ops=parse_list(op),
-        max_memory=None if max_memory is None else parse_size(max_memory),
-        placements=parse_placements(placement) if placement is not None else [],
-        argv=list(ctx.obj["argv"]),
-        **options,
-    )
-    return launch(resolve(config))
+    typed = {name for name in options
+             if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+    return launch(command_line_configs(ctx.command, config_file, options, typed, list(ctx.obj["argv"])))
+
+
+def command_line_configs(command: click.Command, config_file: str | None, options: dict[str, Any],
+                         typed: set[str], argv: list[str]) -> list[RunConfig]:
+    """The resolved benchmarks of a command line: its options, or a sweep file with the options the
+    user typed (``typed``) on top. UsageError on any problem, before anything starts."""
+    values = fields_from_options(options, command)
+    if config_file is None:
+        return [resolve(RunConfig(**values, argv=argv))]
+    overrides = fields_from_options({name: options[name] for name in typed}, command)
+    configs = load_sweep(config_file, base=values, overrides=overrides, aliases=sweep_file_aliases(command))
+    return [replace(config, argv=argv) for config in configs]
+
+
+def option_defaults(command: click.Command) -> dict[str, Any]:
+    """Every option of ``command`` at its default value, as click would pass it."""
+    context = click.Context(command)
+    return {param.name: param.get_default(context) for param in command.params
+            if isinstance(param, click.Option) and param.name}
+
+
+# --- reading saved results ----------------------------------------------------------------------
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, metavar="BASE.json NEW.json [MORE.json ...]")
+@click.option("--fail-above", type=float, default=None, metavar="PCT",
+              help="Exit 1 when a significant slowdown exceeds PCT percent (a CI regression gate).")
+@click.option("--significance-level", type=float, default=0.05, show_default=True,
+              help="p-value below which a difference counts as significant (Mann-Whitney U test).")
+@click.option("--markdown", is_flag=True, help="Print Markdown tables instead of console tables.")
+def compare(files: tuple[str, ...], fail_above: float | None, significance_level: float,
+            markdown: bool) -> int:
+    """Compare saved runs row by row: each later file against the first."""
+    from commbench.compare import compare_command
+
+    return compare_command(list(files), fail_above, significance_level, markdown)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, metavar="RUN.json [RUN2.json ...]")
+@click.option("--output", "-o", "output_path", default="commbench.png", show_default=True,
+              help="The image to write (.png, .svg or .pdf).")
+@click.option("--collective", default=None, help="Plot only these collectives (comma list).")
+def plot(files: tuple[str, ...], output_path: str, collective: str | None) -> None:
+    """Plot busbw and latency against size for saved runs."""
+    from commbench.plot import plot_command
+
+    plot_command(list(files), output_path, None if collective is None else parse_list(collective))
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, metavar="RUN.json [RUN2.json ...]")
+@click.option("--output", "-o", "output_path", default="report.html", show_default=True,
+              help="The HTML page to write.")
+def report(files: tuple[str, ...], output_path: str) -> None:
+    """Write one self-contained HTML page: metadata, plots, tables, α-β fits and a comparison."""
+    from commbench.report import report_command
+
+    report_command(list(files), output_path)
 
 
 @cli.group(invoke_without_command=True)
@@ -182,22 +301,25 @@ def fsdp(ctx: click.Context, buckets: str, **options) -> int:
     from commbench.patterns.fsdp import FsdpConfig, resolve_fsdp, run_fsdp
 
     config = FsdpConfig(buckets=parse_list(buckets) or [buckets], argv=list(ctx.obj["argv"]), **options)
-    return launch(resolve_fsdp(config), work=run_fsdp)
+    return launch([resolve_fsdp(config)], work=run_fsdp)
 
 
 @cli.command("list")
-def list_command() -> None:
-    """The collectives, dtypes, reduce ops and modes commbench knows."""
-    click.echo("collectives (busbw factor at n ranks; placements, the default first):")
-    for collective in REGISTRY.values():
-        factor = ", ".join(f"n={n}: {collective.busbw_factor(n):.3g}" for n in (2, 4, 8))
-        placements = ", ".join(p for p in collective.placements if p) or "-"
-        modes = "" if len(collective.modes) > 1 else f"; {collective.modes[0]} only"
-        click.echo(f"  {collective.name:<20} {collective.summary}  [{factor}; {placements}{modes}]")
-    click.echo(f"dtypes: {', '.join(known_dtypes())}")
-    click.echo(f"reduce ops: {', '.join(REDUCE_OPS)}")
-    click.echo(f"modes: {', '.join(MODES)}, both")
-    click.echo(f"placements: {', '.join(PLACEMENTS)}, both")
+@click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
+@click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu].")
+@click.option("--nproc", type=int, default=2, show_default=True,
+              help="Local ranks to probe with when no launcher started commbench.")
+@click.pass_context
+def list_command(ctx: click.Context, backend: str | None, device: str | None, nproc: int) -> int:
+    """What the backend supports here: each collective, dtype, reduce op and mode, probed with tiny ops."""
+    from commbench.launch import launch_list
+
+    if nproc < 1:
+        raise UsageError(f"--nproc {nproc} must be at least 1")
+    backend, device = resolve_backend_and_device(backend, device)
+    # A short timeout: a probe that one rank refuses and another waits on must not stall the listing.
+    return launch_list(RunConfig(backend=backend, device=device, nproc=nproc, timeout_s=30.0,
+                                 argv=list(ctx.obj["argv"])))
 
 
 def _one_line(text: str) -> str:

@@ -5,7 +5,11 @@ and exit status 2.
 """
 
 import math
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -14,18 +18,23 @@ from commbench.collectives import PLACEMENTS, resolve_collectives
 from commbench.dtypes import canonical_dtype, element_size
 from commbench.errors import UsageError, did_you_mean
 from commbench.groups import check_group_options
-from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, check_world_size, parse_splits
+from commbench.sizes import parse_size, parse_sizes
+from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, parse_splits
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
 MODES = ("sync", "async")
 BARRIERS = ("none", "per-iter")
 REDUCE_OPS = ("sum", "avg", "min", "max", "prod", "premul_sum")
+OUTPUT_FORMATS = ("table", "nccl-tests", "jsonl")
 DEFAULT_SIZES = "1K:16M"
 
 
 @dataclass
 class RunConfig:
+    """One benchmark: the command line fills one, a sweep file one per entry of its `benchmarks` list."""
+
+    name: str = ""  # the benchmark's name in a sweep file, recorded in each row
     collectives: list[str] = field(default_factory=lambda: ["all_reduce"])
     sizes: list[int] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=lambda: ["float32"])
@@ -61,7 +70,15 @@ class RunConfig:
     groups: str | None = None  # intra-node or inter-node: groups from the ranks' host names
     per_rank: bool = False  # print each rank's mean time and arrival skew
     skew_threshold_percent: float = 25.0  # a skew above this % of the p50 time names the straggler
+    output_format: str = "table"  # console output: table, nccl-tests or jsonl
     argv: list[str] = field(default_factory=list)  # the command line, recorded with results
+
+
+# Settings of the whole run (one process group, one set of files, one console): in a sweep file they go
+# under `defaults` or on the command line, never in one benchmark. Every other field is per benchmark.
+RUN_WIDE_FIELDS = ("backend", "device", "nproc", "timeout_s", "output_dir", "csv_path", "json_path", "quiet",
+                   "output_format", "group_size", "group_layout", "groups", "per_rank",
+                   "skew_threshold_percent", "argv")
 
 
 def parse_modes(text: str) -> list[str]:
@@ -106,9 +123,38 @@ def split_spec(config: "RunConfig") -> SplitSpec:
     return parse_splits(config.splits)
 
 
-def check_world(config: "RunConfig", world_size: int) -> None:
-    """What can only be checked once the world size is known (before any process group starts)."""
-    check_world_size(split_spec(config), world_size)
+# List fields whose text is more than a comma list: each item of a sizes list is itself a size spec.
+LIST_ITEM_PARSERS: dict[str, Callable[[str], list]] = {"sizes": parse_sizes}
+# Number fields that may also be written as text: a byte count as a size (8G).
+SCALAR_TEXT_PARSERS: dict[str, Callable[[str], Any]] = {"max_memory": parse_size}
+
+
+def list_field_from_text(name: str, text: str) -> list:
+    """RunConfig.<name>, a list field, from the text a user typed (the command line's form)."""
+    parser = LIST_ITEM_PARSERS.get(name)
+    if parser is not None:
+        return parser(text)
+    item_type = typing.get_args(field_type(name)[0])[0]
+    parts = parse_list(text)
+    if item_type in (int, float):
+        try:
+            return [item_type(part) for part in parts]
+        except ValueError:
+            raise UsageError(f"{name}: expected a comma list of numbers, got {text!r}") from None
+    return parts
+
+
+def is_list_field(name: str) -> bool:
+    return typing.get_origin(field_type(name)[0]) is list
+
+
+def field_type(name: str) -> tuple[Any, bool]:
+    """(the type of RunConfig.<name> without None, whether it may be None), from its annotation."""
+    hint = typing.get_type_hints(RunConfig)[name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        others = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return (others[0] if len(others) == 1 else hint), len(others) < len(typing.get_args(hint))
+    return hint, False
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -159,6 +205,11 @@ def resolve(config: RunConfig) -> RunConfig:
     spec = parse_splits(config.splits)
     check_element_sizes(spec, {dtype: element_size(dtype) for dtype in dtypes})
     matrix = [list(row) for row in spec.matrix] if spec.matrix is not None else None
+
+    if config.output_format not in OUTPUT_FORMATS:
+        raise UsageError(f"unknown format {config.output_format!r}"
+                         f"{did_you_mean(config.output_format, list(OUTPUT_FORMATS))}; "
+                         f"choose from {', '.join(OUTPUT_FORMATS)}")
 
     backend, device = resolve_backend_and_device(config.backend, config.device)
     if config.cuda_graph and (device != "cuda" or backend != "nccl"):

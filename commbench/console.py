@@ -1,10 +1,13 @@
-"""Console output on rank 0: a header line, then one rich table per collective x dtype x op.
+"""Console output on rank 0: a header line, then one rich table per collective x dtype x op, with the
+α-β fit under it. With several modes the table puts them side by side, a row per size.
 
-With several modes the table puts them side by side, one column group per mode, a row per size.
+TextTable is the one table model: the console renders it with rich, compare also as Markdown, report as
+HTML. (The nccl-tests and JSON-lines console formats are in formats.py.)
 """
 
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,6 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from commbench.fit import SeriesFit, fit_line
 from commbench.results import Row, RunMeta
 from commbench.sizes import format_size
 
@@ -45,34 +49,76 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def rows_table(rows: Iterable[Row]) -> Table:
-    """One table for rows of a single collective, dtype, op and placement, any number of modes.
+@dataclass
+class TextTable:
+    """A table as text cells, rendered for the console (rich), Markdown or HTML by whoever shows it."""
 
-    With --check each mode gets a ``wrong`` column (wrong elements over all ranks); rows the backend
-    rejected show ``-`` for their numbers and the reason in an ``error`` column.
-    """
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    left_columns: int = 0  # the first N columns are labels, aligned left; numbers align right
+    footer: list[str] = field(default_factory=list)  # lines under the table (the α-β fit, ...)
+
+
+def rich_table(table: TextTable) -> Table:
+    shown = Table(title=escape(table.title), title_justify="left", header_style="bold")
+    for index, column in enumerate(table.columns):
+        shown.add_column(escape(column), justify="left" if index < table.left_columns else "right")
+    for cells in table.rows:
+        shown.add_row(*(escape(cell) for cell in cells))
+    return shown
+
+
+def print_table(console: Console, table: TextTable) -> None:
+    console.print(rich_table(table))
+    for line in table.footer:
+        console.print(escape(line))
+
+
+def markdown_table(table: TextTable) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    align = [":--" if index < table.left_columns else "--:" for index in range(len(table.columns))]
+    lines = [f"**{cell(table.title)}**", "", "| " + " | ".join(cell(c) for c in table.columns) + " |",
+             "| " + " | ".join(align) + " |"]
+    lines.extend("| " + " | ".join(cell(c) for c in cells) + " |" for cells in table.rows)
+    if table.footer:
+        lines.append("")
+        lines.extend(f"{cell(line)}  " for line in table.footer)
+    return "\n".join(lines) + "\n"
+
+
+def group_title(row: Row) -> str:
+    """'bench · all_reduce · float32 · op sum': what a table of one collective, dtype and op shows."""
+    parts = [row.benchmark] if row.benchmark else []
+    parts += [row.collective, row.dtype] + ([f"op {row.op}"] if row.op else [])
+    parts += [row.placement] if row.placement else []
+    return " · ".join(parts)
+
+
+def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
+    """One table for rows of a single collective, dtype, op and placement, any number of modes side by
+    side. With --check each mode gets a ``wrong`` column (wrong elements over all ranks); rows the
+    backend rejected show ``-`` for their numbers and the reason in an ``error`` column."""
     rows = list(rows)
-    first = rows[0]
     modes = list(dict.fromkeys(row.mode for row in rows))
-    title = f"{first.collective} · {first.dtype}" + (f" · op {first.op}" if first.op else "") + \
-        (f" · {first.placement}" if first.placement else "")
-    table = Table(title=title, title_justify="left", header_style="bold")
-    table.add_column("size", justify="right")
-    table.add_column("elems/rank", justify="right")
+    columns = ["size", "elems/rank"]
     # A mode measured with one sample per size (one async window) shows one time, not four equal ones.
     spread = {mode: any(len(row.samples_us) > 1 for row in rows if row.mode == mode) for mode in modes}
     checked = {mode: any(row.wrong is not None for row in rows if row.mode == mode) for mode in modes}
     for mode in modes:
         prefix = f"{mode} " if len(modes) > 1 else ""
         times = ("p50 µs", "±95%", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
-        for name in (*times, "algbw GB/s", "busbw GB/s", *(("wrong",) if checked[mode] else ())):
-            table.add_column(prefix + name, justify="right")
+        columns.extend(prefix + name for name in (*times, "algbw GB/s", "busbw GB/s",
+                                                  *(("wrong",) if checked[mode] else ())))
     errors = any(row.error for row in rows)
     if errors:
-        table.add_column("error")
+        columns.append("error")
     by_size: dict[int, dict[str, Row]] = {}
     for row in rows:
         by_size.setdefault(row.size_bytes, {})[row.mode] = row
+    cells_by_size = []
     for size, per_mode in by_size.items():
         cells = [format_size(size), str(next(iter(per_mode.values())).count_per_rank)]
         for mode in modes:
@@ -88,23 +134,23 @@ def rows_table(rows: Iterable[Row]) -> Table:
                 cells.append(_number(row.time_us_p50, 1))
             cells.extend([_number(row.algbw_gbps, 3), _number(row.busbw_gbps, 3)])
             if checked[mode]:
-                cells.append("-" if row.wrong is None else
-                             (f"[bold red]{row.wrong}[/bold red]" if row.wrong else "0"))
+                cells.append("-" if row.wrong is None else str(row.wrong))
         if errors:
-            cells.append(escape(next((row.error for row in per_mode.values() if row.error), "")))
-        table.add_row(*cells)
-    return table
+            cells.append(next((row.error for row in per_mode.values() if row.error), ""))
+        cells_by_size.append(cells)
+    fits = list(fits)
+    footer = [fit_line(fit, with_mode=len(modes) > 1) for fit in fits]
+    return TextTable(group_title(rows[0]), columns, cells_by_size, footer=footer)
 
 
-def _title(row: Row) -> str:
-    return f"{row.collective} · {row.dtype}" + (f" · op {row.op}" if row.op else "") + \
-        (f" · {row.placement}" if row.placement else "")
+def rows_table(rows: Iterable[Row]) -> Table:
+    return rich_table(run_table(rows))
 
 
 def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int, int]) -> Table:
     """Each rank's own mean time and arrival skew, a section per size and mode."""
     rows = list(rows)
-    table = Table(title=f"per rank · {_title(rows[0])}", title_justify="left", header_style="bold")
+    table = Table(title=f"per rank · {group_title(rows[0])}", title_justify="left", header_style="bold")
     for name in ("size", "mode", "rank", "host", *(("group",) if group_of else ()), "mean µs", "skew µs",
                  ""):
         table.add_column(name, justify="left" if name in ("mode", "host", "") else "right")
@@ -140,12 +186,28 @@ def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: flo
     rank = worst.slowest_rank
     host = hostnames[rank] if rank is not None and rank < len(hostnames) else "?"
     same = sum(1 for _, row in over if row.slowest_rank == rank)
-    return (f"straggler: {_title(worst)}: rank {rank} ({host}) arrived last, {worst.skew_us_max:.1f} µs "
+    return (f"straggler: {group_title(worst)}: rank {rank} ({host}) arrived last, {worst.skew_us_max:.1f} µs "
             f"after the first rank at {format_size(worst.size_bytes)} {worst.mode} ({percent:.0f}% of "
             f"p50); {len(over)} of {len(rows)} rows above {threshold_percent:g}%, rank {rank} last in {same}")
 
 
-class ConsoleReporter:
+class ReporterBase:
+    """What every console format gets from the run; the hooks a format has no use for do nothing."""
+
+    def plan(self, steps: int) -> None:
+        pass
+
+    def working(self, text: str) -> None:
+        pass
+
+    def advance(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ConsoleReporter(ReporterBase):
     """Prints what the runner reports; only rank 0 has one.
 
     On a terminal a progress bar (what is being measured, how far, ETA) sits below the tables; off a
@@ -193,7 +255,10 @@ class ConsoleReporter:
     def note(self, text: str) -> None:
         self.console.print(f"[dim]note:[/dim] {escape(text)}")
 
-    def group_done(self, rows: list[Row]) -> None:
+    def row(self, row: Row) -> None:
+        pass  # the table waits for its group
+
+    def group_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         if not rows:
             return
         if rows[0].pattern:  # a workload pattern's rows have tables of their own
@@ -202,7 +267,7 @@ class ConsoleReporter:
             for renderable in pattern_tables(rows):
                 self.console.print(renderable)
             return
-        self.console.print(rows_table(rows))
+        print_table(self.console, run_table(rows, fits))
         if self.per_rank and rows[0].rank_skew_us:
             self.console.print(per_rank_table(rows, self.hostnames, self.group_of))
         line = straggler_line(rows, self.hostnames, self.skew_threshold)

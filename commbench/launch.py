@@ -29,18 +29,19 @@ from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed, announce_death
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config import RunConfig, split_spec
-from commbench.console import ConsoleReporter, make_console
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
+from commbench.fit import fit_rows
+from commbench.formats import Reporter, make_reporter
 from commbench.groups import GroupPlan, Membership, format_ranks, split_by_hosts, split_world, world_plan
 from commbench.results import ResultWriter, Row, RunMeta
-from commbench.runner import NullOutput, Output, Session, run_sweep, sweep_failure
+from commbench.runner import NullOutput, Output, Session, run_benchmarks, sweep_failure
 from commbench.sizes import parse_size
 from commbench.splits import check_world_size
 
-# What a rank runs once its backend is up: the sweep, or a workload pattern (commbench.patterns).
-# Its config is a RunConfig or a pattern's config with the same launch fields.
-# What a rank runs once launch has set it up: the sweep, or a workload pattern.
-Work = Callable[[RunConfig, Backend, Output, Session], object]
+# What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
+# (commbench.patterns). The configs are RunConfigs or a pattern's config with the same launch fields;
+# the first one's launch fields (backend, device, files, ...) are the run's.
+Work = Callable[[list[Any], Backend, Output, Session], object]
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the system's says too little
 # Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
@@ -281,9 +282,11 @@ def run_on_local_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: flo
     return [values[rank] for rank in range(world_size)]
 
 
-def check_local_launch(config: RunConfig) -> None:
+def check_local_launch(configs: list[Any]) -> None:
     """What the spawner can check before starting ranks."""
-    check_world(config, config.nproc)
+    config = configs[0]
+    for benchmark in configs:
+        check_world(benchmark, config.nproc)
     if config.device == "cuda" and config.nproc > torch.cuda.device_count():
         raise UsageError(f"--nproc {config.nproc} needs {config.nproc} CUDA devices (one per rank); "
                          f"this machine has {torch.cuda.device_count()}")
@@ -291,15 +294,39 @@ def check_local_launch(config: RunConfig) -> None:
 
 # --- one rank's run -----------------------------------------------------------------------------
 
-def launch(config: RunConfig, environ: Mapping[str, str] | None = None, work: Work = run_sweep) -> int:
-    """Run the benchmark (``work``, the sweep by default): as one rank of a launched job, or by
-    spawning local ranks that re-run the same command line."""
+def launch(configs: list[Any], environ: Mapping[str, str] | None = None,
+           work: Work = run_benchmarks) -> int:
+    """Run ``work`` (a sweep's benchmarks by default) in one process group: as one rank of a launched
+    job, or by spawning local ranks that re-run the same command line."""
+    environ = os.environ if environ is None else environ
+    config = configs[0]
+    info = detect(environ, config.backend)
+    if info is None:
+        check_local_launch(configs)
+        return spawn_local(config.argv, config.nproc)
+    return run_rank(configs, info, environ, work)
+
+
+def launch_list(config: RunConfig, environ: Mapping[str, str] | None = None) -> int:
+    """`commbench list`: probe the backend on the launched ranks, or on ``config.nproc`` spawned ones
+    (on CUDA at most one per device)."""
+    from commbench.console import make_console
+    from commbench.probe import print_support, probe_all
+
     environ = os.environ if environ is None else environ
     info = detect(environ, config.backend)
     if info is None:
-        check_local_launch(config)
-        return spawn_local(config.argv, config.nproc)
-    return run_rank(config, info, environ, work)
+        nproc = min(config.nproc, torch.cuda.device_count()) if config.device == "cuda" else config.nproc
+        return spawn_local(config.argv, nproc)
+    backend = start_backend(config, info, environ)
+    try:
+        probes = probe_all(backend)
+        if info.rank == 0:
+            print_support(make_console(), probes, backend)
+        backend.barrier()
+    finally:
+        backend.shutdown()
+    return 0
 
 
 def select_device(config: RunConfig, info: RankInfo) -> torch.device:
@@ -359,8 +386,13 @@ def join_groups(backend: Backend, plan: GroupPlan) -> Membership:
     return Membership(plan, handle, plan.group_rank(backend.rank))
 
 
-def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: list[str],
+def _config_record(config: Any) -> dict:
+    return {key: value for key, value in asdict(config).items() if key != "argv"}
+
+
+def build_meta(configs: list[Any], info: RankInfo, backend: Backend, hostnames: list[str],
                environ: Mapping[str, str], plan: GroupPlan | None = None) -> RunMeta:
+    config = configs[0]
     recorded = {key: value for key, value in sorted(environ.items())
                 if key.startswith(RECORDED_ENV_PREFIXES)}
     return RunMeta(
@@ -377,15 +409,17 @@ def build_meta(config: RunConfig, info: RankInfo, backend: Backend, hostnames: l
         hostnames=hostnames,
         versions=backend.versions(),
         env=recorded,
-        config={key: value for key, value in asdict(config).items() if key != "argv"},
+        config=_config_record(config),
+        benchmarks=[_config_record(benchmark) for benchmark in configs],
         groups=(plan or world_plan(info.world_size)).as_dict(),
     )
 
 
 class RecordingOutput:
-    """Rank 0's output: every row to the files as it arrives, tables to the console."""
+    """Rank 0's output: every row to the files as it arrives, then each group's α-β fits; the console
+    reporter shows both in the format asked for."""
 
-    def __init__(self, writer: ResultWriter, reporter: ConsoleReporter) -> None:
+    def __init__(self, writer: ResultWriter, reporter: Reporter) -> None:
         self.writer = writer
         self.reporter = reporter
 
@@ -394,10 +428,14 @@ class RecordingOutput:
 
     def row(self, row: Row) -> None:
         self.writer.add(row)
+        self.reporter.row(row)
         self.reporter.advance()
 
     def group_done(self, rows: list[Row]) -> None:
-        self.reporter.group_done(rows)
+        fits = fit_rows(rows)
+        if fits:
+            self.writer.add_fits([fit.to_dict() for fit in fits])
+        self.reporter.group_done(rows, fits)
 
     def plan(self, steps: int) -> None:
         self.reporter.plan(steps)
@@ -449,29 +487,32 @@ def apply_test_faults(config: RunConfig, info: RankInfo, environ: Mapping[str, s
     return replace(config, sizes=[size for size in config.sizes if size != skipped])
 
 
-def run_rank(config: RunConfig, info: RankInfo, environ: Mapping[str, str], work: Work = run_sweep) -> int:
-    check_world(config, info.world_size)
-    config = apply_test_faults(config, info, environ)
+def run_rank(configs: list[Any], info: RankInfo, environ: Mapping[str, str],
+             work: Work = run_benchmarks) -> int:
+    for benchmark in configs:
+        check_world(benchmark, info.world_size)
+    configs = [apply_test_faults(benchmark, info, environ) for benchmark in configs]
+    config = configs[0]  # the run-wide settings
     stops = StopRequests()
     stops.install()
     backend = start_backend(config, info, environ)
     writer: ResultWriter | None = None
     output: Output = NullOutput()
-    reporter: ConsoleReporter | None = None
+    reporter: Reporter | None = None
     try:
         hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
         plan = split_into_groups(config, hostnames)
         membership = join_groups(backend, plan)
         if info.rank == 0:
-            meta = build_meta(config, info, backend, hostnames, environ, plan)
-            reporter = ConsoleReporter(make_console(config.quiet),
-                                       per_rank=getattr(config, "per_rank", False),  # not on patterns
-                                       skew_threshold=getattr(config, "skew_threshold_percent", 25.0))
+            meta = build_meta(configs, info, backend, hostnames, environ, plan)
+            reporter = make_reporter(getattr(config, "output_format", "table"), config.quiet,
+                                     per_rank=getattr(config, "per_rank", False),  # not on patterns
+                                     skew_threshold=getattr(config, "skew_threshold_percent", 25.0))
             reporter.header(meta)
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        rows = work(config, backend, output, Session(membership, stops.requested))
+        rows = work(configs, backend, output, Session(membership, stops.requested))
         backend.barrier()
     except BaseException as exc:
         if reporter is not None:
@@ -502,6 +543,9 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, writer:
     if isinstance(exc, UsageError):
         if writer is not None:
             writer.finish("failed", _now(), str(exc))
+        # Every rank stops here, so the group can be released cleanly: a process that exits with
+        # gloo's threads still running aborts ("terminate called without an active exception").
+        backend.shutdown()
         # Every rank finds the same problem with the same input: one message, from rank 0.
         return exc if info.rank == 0 else AlreadyReported(exc.exit_code)
     if isinstance(exc, RunError):

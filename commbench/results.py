@@ -78,18 +78,51 @@ class Row:
     calls_per_step: int | None = None  # collectives (or matmuls) per step in this row
     overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
     compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
+    benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
+    root: int = -1  # root rank of a rooted collective, -1 for the others (nccl-tests' convention)
 
     def __post_init__(self) -> None:
         if not self.group_size:
             self.group_size = self.world_size
 
     def key(self) -> tuple:
-        """What identifies the same measurement in another run."""
-        return (self.collective, self.dtype, self.op, self.mode, self.size_bytes, self.world_size,
-                self.backend, self.pattern, self.model, self.unit, self.phase, self.bucket_mb,
-                self.predivide, self.postdivide, self.group_size, self.group_layout, self.placement)
+        """What identifies the same measurement in another run (compare matches rows on it)."""
+        return tuple(getattr(self, name) for name in KEY_FIELDS)
+
+    def series(self) -> dict[str, Any]:
+        """The key without the size: one line of a plot, one α-β fit."""
+        return {name: getattr(self, name) for name in SERIES_FIELDS}
+
+    def qualifiers(self) -> list[str]:
+        """The parts of the series beyond collective, dtype, op, mode, world and backend that say
+        something for this row (a sub-communicator, a pattern's unit, ...), for titles."""
+        found = [] if self.group_layout == "world" else [f"groups of {self.group_size} {self.group_layout}"]
+        for name in SERIES_FIELDS[len(BASIC_SERIES_FIELDS):]:
+            value = getattr(self, name)
+            if name.startswith("group_") or value in ("", None):
+                continue
+            if name == "placement" and value == default_placement(self.collective):
+                continue  # the layout the collective has without --placement says nothing
+            found.append(f"{name} {value}")
+        return found
 
 
+def default_placement(collective: str) -> str:
+    """The placement a collective runs in without --placement ('' for unknown names: saved files
+    may hold collectives or patterns this version does not know)."""
+    from commbench.collectives import REGISTRY  # torch-heavy; results stays importable without it
+
+    known = REGISTRY.get(collective)
+    return known.placements[0] if known is not None else ""
+
+
+# A new field that tells measurements apart (a placement, ...) goes here; compare, fits and plots follow.
+# The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
+KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
+              "group_size", "group_layout", "placement",
+              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide")
+SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
+BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
 CSV_COLUMNS = [f.name for f in fields(Row) if getattr(f.type, "__origin__", None) is not list]
 
@@ -109,21 +142,22 @@ class RunMeta:
     hostnames: list[str]
     versions: dict[str, str]
     env: dict[str, str]
-    config: dict[str, Any]
+    config: dict[str, Any]  # the first benchmark's configuration (the only one without a sweep file)
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)  # every benchmark's, in run order
     status: str = "running"  # running | complete | failed | interrupted
     finished_at: str | None = None
     error: str | None = None
     groups: dict[str, Any] = field(default_factory=dict)  # layout, size, count, members (GroupPlan)
 
 
-def _clean(value: Any) -> Any:
+def clean_for_json(value: Any) -> Any:
     """JSON has no NaN or infinity: write them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, list):
-        return [_clean(item) for item in value]
+        return [clean_for_json(item) for item in value]
     if isinstance(value, dict):
-        return {key: _clean(item) for key, item in value.items()}
+        return {key: clean_for_json(item) for key, item in value.items()}
     return value
 
 
@@ -132,7 +166,7 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
-            json.dump(_clean(payload), out, indent=1)
+            json.dump(clean_for_json(payload), out, indent=1)
             out.write("\n")
             out.flush()
             os.fsync(out.fileno())
@@ -150,6 +184,7 @@ class ResultWriter:
         self.csv_path = csv_path
         self.json_path = json_path
         self.rows: list[Row] = []
+        self.fits: list[dict[str, Any]] = []
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
         self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
@@ -165,6 +200,11 @@ class ResultWriter:
         os.fsync(self._csv_file.fileno())
         self._write_json()
 
+    def add_fits(self, fits: list[dict[str, Any]]) -> None:
+        """The α-β fits of a group of rows that just finished."""
+        self.fits.extend(fits)
+        self._write_json()
+
     def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
         self.meta.status = status
         self.meta.finished_at = finished_at
@@ -177,6 +217,7 @@ class ResultWriter:
             "schema": SCHEMA_VERSION,
             "meta": asdict(self.meta),
             "rows": [asdict(row) for row in self.rows],
+            "fits": self.fits,
         })
 
 
@@ -185,18 +226,36 @@ class SavedRun:
     meta: dict[str, Any]
     rows: list[Row]
     path: Path
+    fits: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return str(self.meta.get("run_id") or self.path)
+
+    def describe(self) -> str:
+        """'run ID (gloo, cpu, 2 ranks, host)' for headings."""
+        meta = self.meta
+        hosts = sorted(set(meta.get("hostnames") or []))
+        where = hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts"
+        return (f"{self.label} ({meta.get('backend', '?')}, {meta.get('device', '?')}, "
+                f"{meta.get('world_size', '?')} ranks, {where})")
 
 
 def load_run(path: str | Path) -> SavedRun:
-    """Read a results.json written by commbench (any run, any machine)."""
+    """Read a results.json written by commbench (any run, any machine); a run directory works too."""
     path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
     try:
         payload = json.loads(path.read_text())
         known = {f.name for f in fields(Row)}
         rows = [Row(**{key: value for key, value in raw.items() if key in known})
                 for raw in payload["rows"]]
+        fits = [dict(fit) for fit in payload.get("fits", [])]
+        if not isinstance(payload.get("meta", {}), dict):
+            raise TypeError("meta is not an object")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such results file") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path}: not a commbench results.json ({type(exc).__name__}: {exc})") from None
-    return SavedRun(meta=payload.get("meta", {}), rows=rows, path=path)
+    return SavedRun(meta=payload.get("meta", {}), rows=rows, path=path, fits=fits)

@@ -241,6 +241,15 @@ class Session:
     stop_requested: Callable[[], int] = _no_stop
 
 
+def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
+                   session: Session | None = None) -> list[Row]:
+    """A run: its benchmarks (one, or a sweep file's list) in order, in one process group."""
+    rows: list[Row] = []
+    for config in configs:
+        rows.extend(run_sweep(config, backend, output, session))
+    return rows
+
+
 def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Session | None = None
               ) -> list[Row]:
     """Every row of the sweep, reported to ``output`` as each finishes.
@@ -506,5 +515,7 @@ def _make_row(config: RunConfig, backend: Backend, collective: Collective, dtype
         wrong=None if checker is None else checker.wrong,
         first_wrong="" if checker is None else checker.first_wrong,
         error=error,
+        benchmark=config.name,
+        root=config.root if collective.rooted else -1,
         **measured,
     )

@@ -50,19 +50,26 @@ def test_no_option_is_a_prefix_of_a_torchrun_option():
 
 def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     json_path, csv_path = tmp_path / "r.json", tmp_path / "r.csv"
-    result = torchrun(2, "--collective", "broadcast", "--sizes", "2K", "--dtype", "bfloat16",
+    sweep_file = tmp_path / "sweep.yaml"  # each rank reads it; every option typed below overrides it
+    sweep_file.write_text("defaults:\n  iters: 9\n  format: jsonl\nbenchmarks:\n  - name: passthrough\n"
+                          "    collectives: [all_reduce]\n    warmup: 4\n")
+    result = torchrun(2, "--config", str(sweep_file), "--collective", "broadcast", "--sizes", "2K",
+                      "--dtype", "bfloat16",
                       "--mode", "both", "--op", "max", "--warmup", "2", "--iters", "3", "--root", "1",
                       "--time-per-size", "0.25", "--min-iters", "2", "--max-iters", "9", "--precision", "0.2",
                       "--barrier", "per-iter", "--cuda-graph", "0", "--max-memory", "1G",
                       "--backend", "gloo", "--device", "cpu", "--timeout", "77", "--output-dir",
                       str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet",
                       "--group-size", "2", "--group-layout", "strided", "--per-rank",
-                      "--skew-threshold", "50",
+                      "--skew-threshold", "50", "--format", "nccl-tests",
                       "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
                       "--p2p-window", "4", "--premul-factor", "0.25")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
-    config = json.loads(json_path.read_text())["meta"]["config"]
+    meta = json.loads(json_path.read_text())["meta"]
+    config = meta["config"]
+    assert config["name"] == "passthrough" and [b["name"] for b in meta["benchmarks"]] == ["passthrough"]
+    assert config["output_format"] == "nccl-tests"
     assert config["collectives"] == ["broadcast"] and config["sizes"] == [2048]
     assert config["dtypes"] == ["bfloat16"] and config["modes"] == ["sync", "async"]
     assert config["ops"] == ["max"] and (config["warmup"], config["iters"], config["root"]) == (2, 3, 1)
@@ -89,7 +96,7 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                  "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet",
                  "--time-per-size", "--min-iters", "--max-iters", "--precision", "--barrier", "--cuda-graph",
                  "--max-memory", "--group-size", "--group-layout", "--per-rank", "--skew-threshold",
-                 "--groups",
+                 "--groups", "--config", "--format",
                  "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised

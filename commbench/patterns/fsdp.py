@@ -476,9 +476,12 @@ class Output(Protocol):
     def group_done(self, rows: list[Row]) -> None: ...
 
 
-def run_fsdp(config: FsdpConfig, backend: Backend, output: Output, session: object = None) -> list[Row]:
-    """Every bucketing of config.buckets: an untimed --check step, timed steps, rows as each finishes.
-    (``session`` carries sub-communicators and agreed stops for sweeps; a pattern runs on the world.)"""
+def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, session: object = None
+             ) -> list[Row]:
+    """Every bucketing of the (one) config's buckets: an untimed --check step, timed steps, rows as each
+    finishes. (``session`` carries sub-communicators and agreed stops for sweeps; a pattern runs on the
+    world.)"""
+    (config,) = configs
     model = load_model(config.model, config.layers)
     world = backend.world_size
     plan = shard_model(model, world)

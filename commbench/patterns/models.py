@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from commbench.errors import UsageError, did_you_mean
+from commbench.shipped import configs_dir, shipped_file
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
 _UNIT_KEYS = ("name", "params", "repeat")
 _TOP_KEYS = ("name", "description", "units")
 
@@ -96,7 +96,9 @@ class ModelSpec:
 
 
 def preset_names() -> list[str]:
-    return sorted(path.stem for path in PRESET_DIR.glob("*.yaml")) if PRESET_DIR.is_dir() else []
+    root = configs_dir()
+    folder = None if root is None else root / "models"
+    return sorted(path.stem for path in folder.glob("*.yaml")) if folder and folder.is_dir() else []
 
 
 def load_model(spec: str, layers: int | None = None) -> ModelSpec:
@@ -109,7 +111,7 @@ def load_model(spec: str, layers: int | None = None) -> ModelSpec:
         if spec not in presets:
             raise UsageError(f"unknown model {spec!r}{did_you_mean(spec, presets)}: give a preset "
                              f"({', '.join(presets) or 'none found'}) or a YAML file of units")
-        path = PRESET_DIR / f"{spec}.yaml"
+        path = shipped_file(spec, "models") or path
     if not path.is_file():
         raise UsageError(f"model spec {spec}: no such file")
     try:

@@ -1,0 +1,163 @@
+"""report: one self-contained HTML page for saved runs, readable offline.
+
+For each run its metadata, then plots (PNG images embedded as base64 data URIs, one per collective),
+the tables with their α-β fits, all fits in one table, and with several runs the comparison of each
+against the first. Every piece of text from a results file is HTML-escaped; the page loads nothing.
+"""
+
+import base64
+import io
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+
+from commbench import __version__
+from commbench.compare import compare_runs, pair_tables, summary_table, unmatched_lines
+from commbench.console import TextTable, run_table
+from commbench.fit import describe_fit, fit_rows
+from commbench.plot import draw, require_matplotlib, save
+from commbench.results import Row, SavedRun, load_run
+from commbench.sizes import format_size
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; }
+th { background: #f0f0f0; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; }
+caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
+p.footer { margin: -0.6em 0 1em; font-size: 0.9em; }
+img { max-width: 100%; }
+pre, code { background: #f6f6f6; }
+details { margin: 0.5em 0; }
+"""
+
+
+def html_table(table: TextTable) -> str:
+    head = "".join(f"<th>{escape(column)}</th>" for column in table.columns)
+    body = []
+    for cells in table.rows:
+        tds = "".join(f"<td>{escape(cell)}</td>" if index < table.left_columns
+                      else f'<td class="number">{escape(cell)}</td>' for index, cell in enumerate(cells))
+        body.append(f"<tr>{tds}</tr>")
+    footer = "".join(f'<p class="footer">{escape(line)}</p>' for line in table.footer)
+    return (f"<table><caption>{escape(table.title)}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>{footer}")
+
+
+def _key_values(pairs: list[tuple[str, object]]) -> str:
+    rows = "".join(f"<tr><th>{escape(key)}</th><td>{escape(str(value))}</td></tr>" for key, value in pairs)
+    return f"<table>{rows}</table>"
+
+
+def metadata_html(run: SavedRun) -> str:
+    meta = run.meta
+    versions = ", ".join(f"{name} {value}" for name, value in sorted((meta.get("versions") or {}).items()))
+    hosts = meta.get("hostnames") or []
+    pairs = [
+        ("file", run.path), ("run id", meta.get("run_id", "")), ("status", meta.get("status", "")),
+        ("error", meta.get("error") or ""), ("started", meta.get("started_at", "")),
+        ("finished", meta.get("finished_at") or ""), ("command", " ".join(meta.get("command") or [])),
+        ("backend", meta.get("backend", "")), ("device", meta.get("device", "")),
+        ("world size", meta.get("world_size", "")), ("launcher", meta.get("launcher", "")),
+        ("hosts", ", ".join(sorted(set(hosts)))), ("commbench", meta.get("commbench_version", "")),
+        ("torch", meta.get("torch_version", "")), ("python", meta.get("python_version", "")),
+        ("libraries", versions), ("rows", len(run.rows)),
+    ]
+    env = meta.get("env") or {}
+    env_html = _key_values(sorted(env.items())) if env else "<p>none recorded</p>"
+    benchmarks = meta.get("benchmarks") or ([meta["config"]] if meta.get("config") else [])
+    configs = "".join(f"<pre>{escape(_config_text(config))}</pre>" for config in benchmarks)
+    return (_key_values(pairs)
+            + f"<details><summary>environment ({len(env)} variables)</summary>{env_html}</details>"
+            + f"<details><summary>configuration ({len(benchmarks)} benchmarks)</summary>{configs}</details>")
+
+
+def _config_text(config: dict) -> str:
+    return "\n".join(f"{key}: {value}" for key, value in config.items())
+
+
+def plot_images(runs: list[SavedRun]) -> list[tuple[str, str]]:
+    """(collective, PNG as a data URI) per collective found in the runs."""
+    collectives = list(dict.fromkeys(row.collective for run in runs for row in run.rows
+                                     if row.size_bytes > 0))
+    images = []
+    for collective in collectives:
+        figure = draw(runs, [collective])
+        buffer = io.BytesIO()
+        save(figure, buffer, "png")
+        encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
+        images.append((collective, f"data:image/png;base64,{encoded}"))
+    return images
+
+
+def _groups(rows: list[Row]) -> list[list[Row]]:
+    """Rows by benchmark, collective, dtype and op (modes side by side), as the console shows them."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        series = {name: value for name, value in row.series().items() if name != "mode"}
+        groups.setdefault((row.benchmark, tuple(series.items())), []).append(row)
+    return list(groups.values())
+
+
+def fits_table(runs: list[SavedRun]) -> TextTable:
+    several = len(runs) > 1
+    columns = (["run"] if several else []) + ["benchmark", "collective", "dtype", "op", "mode", "α µs",
+                                              "β GB/s", "bus β GB/s", "rms error", "sizes", "fit"]
+    rows = []
+    for run in runs:
+        for fit in fit_rows(run.rows):
+            beta = fit.fit.beta_gbps
+            cells = [run.label] if several else []
+            cells += [fit.benchmark, str(fit.series.get("collective", "")), str(fit.series.get("dtype", "")),
+                      str(fit.series.get("op", "")), str(fit.series.get("mode", "")),
+                      f"{fit.fit.alpha_us:.2f}", "-" if beta is None else f"{beta:.4g}",
+                      "-" if fit.beta_bus_gbps is None else f"{fit.beta_bus_gbps:.4g}",
+                      f"{fit.fit.rms_relative_error:.1%}",
+                      f"{format_size(fit.min_size_bytes)} - {format_size(fit.max_size_bytes)}",
+                      describe_fit(fit.fit.alpha_us, beta, fit.beta_bus_gbps)]
+            rows.append(cells)
+    return TextTable("α-β fits: t(size) = α + size/β, weighted least squares on p50 with weights 1/t² "
+                     "(relative error)", columns, rows, left_columns=6 if several else 5)
+
+
+def build_report(runs: list[SavedRun]) -> str:
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    parts = [f"<h1>commbench report</h1><p>{len(runs)} run(s), generated {escape(generated)} by commbench "
+             f"{escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
+    parts.append("<h2>Runs</h2>")
+    for run in runs:
+        parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}")
+    parts.append("<h2>Plots</h2>")
+    for collective, uri in plot_images(runs):
+        parts.append(f'<h3>{escape(collective)}</h3><img alt="{escape(collective)}: busbw and latency '
+                     f'against size" src="{uri}">')
+    parts.append(f"<h2>α-β fits</h2>{html_table(fits_table(runs))}")
+    parts.append("<h2>Results</h2>")
+    for run in runs:
+        parts.append(f"<h3>{escape(run.label)}</h3>")
+        for group in _groups(run.rows):
+            parts.append(html_table(run_table(group, fit_rows(group))))
+    for new in runs[1:]:
+        comparison = compare_runs(runs[0], new)
+        parts.append(f"<h2>Comparison: {escape(comparison.new.label)} against {escape(comparison.base.label)}"
+                     "</h2>")
+        parts.extend(html_table(table) for table in pair_tables(comparison))
+        if comparison.pairs:
+            parts.append(html_table(summary_table(comparison)))
+        unmatched = unmatched_lines(comparison)
+        if unmatched:
+            parts.append(f"<pre>{escape(chr(10).join(unmatched))}</pre>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>commbench report</title><style>{STYLE}</style></head><body>\n"
+            + "\n".join(parts) + "\n</body></html>\n")
+
+
+def report_command(paths: list[str], output: str) -> None:
+    require_matplotlib()
+    runs = [load_run(path) for path in paths]
+    page = build_report(runs)
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    print(f"report: {target}")

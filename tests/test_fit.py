@@ -1,0 +1,71 @@
+"""The α-β (Hockney) fit: known α and β recovered from synthetic sweeps, and the fits a real run stores."""
+
+import json
+import random
+
+import pytest
+
+from commbench.fit import describe_fit, fit_hockney, fit_rows
+from commbench.results import load_run
+
+SIZES = [2**k for k in range(3, 31)]  # 8 B to 1 GiB
+
+
+def _times(alpha_us: float, beta_gbps: float, noise: float = 0.0, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [(alpha_us + size / (beta_gbps * 1e3)) * (1 + rng.uniform(-noise, noise)) for size in SIZES]
+
+
+@pytest.mark.parametrize("alpha, beta", [(25.1, 180.0), (3.0, 450.0), (150.0, 0.5), (0.8, 12.5)])
+def test_exact_data_gives_back_alpha_and_beta(alpha, beta):
+    found = fit_hockney(SIZES, _times(alpha, beta))
+    assert found.alpha_us == pytest.approx(alpha, rel=1e-9)
+    assert found.beta_gbps == pytest.approx(beta, rel=1e-9)
+    assert found.rms_relative_error < 1e-9 and found.points == len(SIZES)
+
+
+def test_relative_weights_keep_alpha_under_noise():
+    # 5% multiplicative noise: with 1/t^2 weights both ends count, and α stays within a few percent.
+    # Unweighted least squares would fit the GiB sizes and make α whatever their noise says.
+    times = _times(25.0, 180.0, noise=0.05, seed=7)
+    found = fit_hockney(SIZES, times)
+    assert found.alpha_us == pytest.approx(25.0, rel=0.05)
+    assert found.beta_gbps == pytest.approx(180.0, rel=0.05)
+    n = len(SIZES)
+    mean_s, mean_t = sum(SIZES) / n, sum(times) / n
+    slope = sum((s - mean_s) * (t - mean_t) for s, t in zip(SIZES, times, strict=True)) / \
+        sum((s - mean_s) ** 2 for s in SIZES)
+    unweighted_alpha = mean_t - slope * mean_s
+    assert abs(unweighted_alpha - 25.0) > 10 * abs(found.alpha_us - 25.0)
+
+
+def test_constraints_hold_at_the_edges():
+    proportional = [size / 1e3 * 0.9 for size in SIZES[10:]]  # pure bandwidth, a little curvature below
+    proportional[0] *= 0.5  # would pull the unconstrained α below zero
+    edge = fit_hockney(SIZES[10:], proportional)
+    assert edge.alpha_us == 0.0 and edge.beta_gbps > 0
+    flat = fit_hockney([1024, 2048, 4096], [31.0, 30.0, 29.5])  # the time does not grow with size
+    assert flat.beta_gbps is None and flat.alpha_us == pytest.approx(30.0, rel=0.05)
+    assert fit_hockney([1024], [5.0]) is None and fit_hockney([0, 1024], [1.0, 2.0]) is None
+
+
+def test_the_quoted_line():
+    assert describe_fit(25.1, 180.0, 315.0) == "α = 25.1 µs, β = 180 GB/s (busbw 315 GB/s)"
+    assert describe_fit(3.14159, 0.3071, 0.3071) == "α = 3.14 µs, β = 0.307 GB/s"
+
+
+def test_a_run_stores_one_fit_per_series_and_they_match_its_rows(two_runs):
+    for saved in two_runs:
+        stored = json.loads(saved.json.read_text())["fits"]
+        run = load_run(saved.json)
+        assert run.fits == stored
+        assert {(f["benchmark"], f["collective"], f["mode"]) for f in stored} == {
+            ("gate", c, m) for c in ("all_reduce", "all_gather_base") for m in ("sync", "async")} | {
+            ("rooted", "broadcast", "sync")}
+        recomputed = {(f.benchmark, f.series["collective"], f.series["mode"]): f for f in fit_rows(run.rows)}
+        for fit in stored:
+            again = recomputed[(fit["benchmark"], fit["collective"], fit["mode"])]
+            assert fit["alpha_us"] == pytest.approx(again.fit.alpha_us)
+            assert fit["weights"] == "1/t^2" and fit["points"] == again.fit.points
+            if fit["beta_gbps"] is not None:
+                assert fit["beta_bus_gbps"] == pytest.approx(fit["beta_gbps"] * fit["busbw_factor"])

@@ -1,0 +1,55 @@
+"""`commbench list`: what the backend supports, found by running tiny ops on real ranks."""
+
+import pytest
+import torch
+
+from commbench.cli import main
+from commbench.collectives import REGISTRY
+from tests.dist_helpers import commbench
+
+
+def _row(stdout: str, *first_cells: str) -> list[str]:
+    """The cells of the table row that starts with ``first_cells``."""
+    for line in stdout.splitlines():
+        cells = [cell.strip() for cell in line.replace("┃", "│").strip("│ ").split("│")]
+        if cells[: len(first_cells)] == list(first_cells):
+            return cells
+    raise AssertionError(f"no row {first_cells} in:\n{stdout}")
+
+
+def test_list_probes_gloo_on_two_local_ranks():
+    result = commbench("list", timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("backend gloo · device cpu · 2 ranks")
+    header = _row(out, "collective", "busbw factor n=2/4/8")
+    assert header[2:5] == ["placements", "sync", "async"] and header[5] == "fp32"
+    for name in REGISTRY:
+        cells = _row(out, name)
+        # every collective runs in both modes on gloo; ping_pong's round trip has no async form
+        assert cells[3:5] == (["✓", "-"] if name == "ping_pong" else ["✓", "✓"]), cells
+    assert _row(out, "all_reduce")[1] == "1/1.5/1.75"  # 2(n-1)/n
+    assert _row(out, "all_reduce")[2] == "in-place, out-of-place"  # the default first
+    assert _row(out, "broadcast")[2] == "in-place"
+    assert _row(out, "all_reduce")[5] == "✓"  # float32
+    assert set(_row(out, "barrier")[5:]) == {"-"}  # no data, no dtype
+    # premul_sum is NCCL's: gloo refuses it, and the listing says why
+    assert set(_row(out, "all_reduce", "premul_sum")[2:]) == {"✗"}
+    assert _row(out, "all_reduce", "sum")[2] == "✓"
+    assert "why refused:" in out
+    assert "premul_sum is NCCL's pre-multiplied sum; the gloo backend does not have it" in out
+
+
+def test_list_refuses_an_unavailable_backend_before_starting(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("nccl is available here")
+    assert main(["list", "--backend", "nccl"]) == 2
+    assert "backend nccl is not available" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_list_probes_nccl_on_cuda():
+    result = commbench("list", "--backend", "nccl", timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "backend nccl · device cuda" in result.stdout
+    assert _row(result.stdout, "all_reduce")[5] == "✓"
