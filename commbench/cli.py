@@ -111,6 +111,19 @@ def cli() -> None:
               default=DEFAULTS.skew_threshold_percent, show_default=True,
               help="Name the slowest rank when a rank's arrival skew exceeds this percentage of the "
                    "p50 time.")
+@click.option("--placement", default=None,
+              help="out-of-place, in-place or both, for all_reduce, reduce_scatter_base and all_gather_base "
+                   "[default: all_reduce in place, the others out of place].")
+@click.option("--check", is_flag=True,
+              help="After timing each size, run one op on known values and count wrong elements.")
+@click.option("--check-every", type=int, default=DEFAULTS.check_every, show_default=True,
+              help="Also check after every N timed ops (implies --check; 0: once per size).")
+@click.option("--splits", default=DEFAULTS.splits, show_default=True,
+              help="v-collectives: spread:F (0..1) or a CSV/YAML file of a world x world byte matrix.")
+@click.option("--p2p-window", type=int, default=DEFAULTS.p2p_window, show_default=True,
+              help="Messages in flight per op for p2p_uni and p2p_bidir.")
+@click.option("--premul-factor", type=float, default=DEFAULTS.premul_factor, show_default=True,
+              help="The factor of --op premul_sum (NCCL only).")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **options: Any) -> int:
     """Benchmark collectives over a range of message sizes (the default command)."""

@@ -4,6 +4,7 @@ Validation happens before any process group starts, so bad input always ends wit
 and exit status 2.
 """
 
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -13,11 +14,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.collectives import resolve_collectives
-from commbench.dtypes import canonical_dtype
+from commbench.collectives import PLACEMENTS, resolve_collectives
+from commbench.dtypes import canonical_dtype, element_size
 from commbench.errors import UsageError, did_you_mean
 from commbench.groups import check_group_options
 from commbench.sizes import parse_size, parse_sizes
+from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, parse_splits
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
@@ -38,6 +40,13 @@ class RunConfig:
     dtypes: list[str] = field(default_factory=lambda: ["float32"])
     modes: list[str] = field(default_factory=lambda: ["sync"])
     ops: list[str] = field(default_factory=lambda: ["sum"])
+    placements: list[str] = field(default_factory=list)  # empty: each collective's default placement
+    check: bool = False  # --check: compare every output element after timing
+    check_every: int = 0  # also check after every N timed iterations (0: once per size, at the end)
+    splits: str = DEFAULT_SPLITS  # v-collectives: spread:F or a byte-matrix file
+    split_matrix: list[list[int]] | None = None  # the file's matrix, read by resolve() and recorded
+    p2p_window: int = 16  # messages in flight per op for p2p_uni and p2p_bidir
+    premul_factor: float = 0.5  # premul_sum's factor (a power of two keeps --check exact)
     warmup: int = 5
     iters: int | None = None  # None: adaptive (see sampling.py); a number fixes the count
     time_per_size: float = 0.5  # adaptive: seconds of timed ops per size and mode
@@ -89,6 +98,29 @@ def parse_modes(text: str) -> list[str]:
 
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_placements(text: str) -> list[str]:
+    placements: list[str] = []
+    for part in parse_list(text):
+        if part == "both":
+            placements.extend(PLACEMENTS)
+        elif part in PLACEMENTS:
+            placements.append(part)
+        else:
+            raise UsageError(f"unknown placement {part!r}{did_you_mean(part, [*PLACEMENTS, 'both'])}; "
+                             "choose out-of-place, in-place or both")
+    if not placements:
+        raise UsageError("no placement given: --placement out-of-place, in-place or both")
+    return list(dict.fromkeys(placements))
+
+
+def split_spec(config: "RunConfig") -> SplitSpec:
+    """The --splits of a resolved config (the file's matrix as resolve() read it)."""
+    if config.split_matrix is not None:
+        return SplitSpec(text=config.splits, matrix=tuple(tuple(row) for row in config.split_matrix),
+                         path=config.splits)
+    return parse_splits(config.splits)
 
 
 # List fields whose text is more than a comma list: each item of a sizes list is itself a size spec.
@@ -165,6 +197,14 @@ def resolve(config: RunConfig) -> RunConfig:
     check_group_options(config.group_size, config.group_layout, config.groups)
     if config.skew_threshold_percent < 0:
         raise UsageError(f"--skew-threshold {config.skew_threshold_percent:g} must not be negative")
+    placements = parse_placements(",".join(config.placements)) if config.placements else []
+    _check_count("--check-every", config.check_every, minimum=0)
+    _check_count("--p2p-window", config.p2p_window, minimum=1)
+    if not math.isfinite(config.premul_factor):
+        raise UsageError(f"--premul-factor {config.premul_factor} must be a finite number")
+    spec = parse_splits(config.splits)
+    check_element_sizes(spec, {dtype: element_size(dtype) for dtype in dtypes})
+    matrix = [list(row) for row in spec.matrix] if spec.matrix is not None else None
 
     if config.output_format not in OUTPUT_FORMATS:
         raise UsageError(f"unknown format {config.output_format!r}"
@@ -176,7 +216,8 @@ def resolve(config: RunConfig) -> RunConfig:
         raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
                          "and --backend nccl")
     return replace(config, collectives=collectives, dtypes=dtypes, modes=modes, ops=ops,
-                   backend=backend, device=device)
+                   placements=placements, check=config.check or config.check_every > 0,
+                   splits=spec.text, split_matrix=matrix, backend=backend, device=device)
 
 
 def _check_count(flag: str, value: int, minimum: int) -> None:

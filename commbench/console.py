@@ -93,20 +93,28 @@ def group_title(row: Row) -> str:
     """'bench · all_reduce · float32 · op sum': what a table of one collective, dtype and op shows."""
     parts = [row.benchmark] if row.benchmark else []
     parts += [row.collective, row.dtype] + ([f"op {row.op}"] if row.op else [])
+    parts += [row.placement] if row.placement else []
     return " · ".join(parts)
 
 
 def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
-    """One table for rows of a single collective, dtype and op, any number of modes side by side."""
+    """One table for rows of a single collective, dtype, op and placement, any number of modes side by
+    side. With --check each mode gets a ``wrong`` column (wrong elements over all ranks); rows the
+    backend rejected show ``-`` for their numbers and the reason in an ``error`` column."""
     rows = list(rows)
     modes = list(dict.fromkeys(row.mode for row in rows))
     columns = ["size", "elems/rank"]
     # A mode measured with one sample per size (one async window) shows one time, not four equal ones.
     spread = {mode: any(len(row.samples_us) > 1 for row in rows if row.mode == mode) for mode in modes}
+    checked = {mode: any(row.wrong is not None for row in rows if row.mode == mode) for mode in modes}
     for mode in modes:
         prefix = f"{mode} " if len(modes) > 1 else ""
         times = ("p50 µs", "±95%", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
-        columns.extend(prefix + name for name in (*times, "algbw GB/s", "busbw GB/s"))
+        columns.extend(prefix + name for name in (*times, "algbw GB/s", "busbw GB/s",
+                                                  *(("wrong",) if checked[mode] else ())))
+    errors = any(row.error for row in rows)
+    if errors:
+        columns.append("error")
     by_size: dict[int, dict[str, Row]] = {}
     for row in rows:
         by_size.setdefault(row.size_bytes, {})[row.mode] = row
@@ -116,7 +124,7 @@ def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
         for mode in modes:
             row = per_mode.get(mode)
             if row is None:
-                cells.extend(["-"] * (7 if spread[mode] else 3))
+                cells.extend(["-"] * ((7 if spread[mode] else 3) + checked[mode]))
                 continue
             if spread[mode]:
                 interval = "-" if row.ci95_rel is None else f"{100 * row.ci95_rel:.1f}%"
@@ -125,6 +133,10 @@ def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
             else:
                 cells.append(_number(row.time_us_p50, 1))
             cells.extend([_number(row.algbw_gbps, 3), _number(row.busbw_gbps, 3)])
+            if checked[mode]:
+                cells.append("-" if row.wrong is None else str(row.wrong))
+        if errors:
+            cells.append(next((row.error for row in per_mode.values() if row.error), ""))
         cells_by_size.append(cells)
     fits = list(fits)
     footer = [fit_line(fit, with_mode=len(modes) > 1) for fit in fits]

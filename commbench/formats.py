@@ -4,7 +4,8 @@ nccl-tests: the column layout of NVIDIA's nccl-tests (size, count, type, redop, 
 busbw and #wrong per column group), so parsers written for all_reduce_perf read commbench's output
 unchanged. Its two column groups are out-of-place and in-place; ours are the modes measured (sync,
 async), in the order asked for. Lines that are not results start with '#', as there. time is the p50
-in µs (the time algbw and busbw are computed from); #wrong is N/A (no data check). Each group ends with
+in µs (the time algbw and busbw are computed from); #wrong is the row's wrong count with --check, N/A
+without it. A row the backend rejected shows N/A and its error on a '#' line. Each group ends with
 nccl-tests' "# Avg bus bandwidth" line (the mean busbw over its sizes, first mode) and the α-β fit.
 
 jsonl: one JSON object per measured row on stdout as it is measured (results.json's row form); the
@@ -88,9 +89,13 @@ class NcclTestsReporter(ReporterBase):
                 f"{NCCL_TESTS_TYPES.get(first.dtype, first.dtype):>8}  "
                 f"{NCCL_TESTS_OPS.get(first.op, first.op):>6}  {first.root:6d}")
         for row in rows:
+            wrong = "N/A" if row.wrong is None else str(row.wrong)
             line += (f"  {nccl_tests_number(row.time_us_p50, 7)}  {nccl_tests_number(row.algbw_gbps, 6)}"
-                     f"  {nccl_tests_number(row.busbw_gbps, 6)}  {'N/A':>6}")
+                     f"  {nccl_tests_number(row.busbw_gbps, 6)}  {wrong:>6}")
         self._print(line)
+        for row in rows:
+            if row.error:
+                self._print(f"# error: {row.mode}: {row.error}")
 
     def group_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         self._flush()

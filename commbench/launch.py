@@ -28,14 +28,15 @@ from commbench import __version__
 from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed, announce_death
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.config import RunConfig
+from commbench.config import RunConfig, split_spec
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
 from commbench.fit import fit_rows
 from commbench.formats import Reporter, make_reporter
 from commbench.groups import GroupPlan, Membership, format_ranks, split_by_hosts, split_world, world_plan
 from commbench.results import ResultWriter, Row, RunMeta
-from commbench.runner import NullOutput, Output, Session, run_benchmarks
+from commbench.runner import NullOutput, Output, Session, run_benchmarks, sweep_failure
 from commbench.sizes import parse_size
+from commbench.splits import check_world_size
 
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns). The configs are RunConfigs or a pattern's config with the same launch fields;
@@ -234,6 +235,8 @@ def check_world(config: RunConfig, world_size: int) -> None:
             raise UsageError(f"--root {root} is outside a group of {plan.size} ranks")
     if root >= world_size:
         raise UsageError(f"--root {root} is outside the world of {world_size} ranks")
+    if getattr(config, "split_matrix", None) is not None:  # a splits file must be n x n, n the group size
+        check_world_size(split_spec(config), group_size or world_size)
 
 
 def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
@@ -509,17 +512,23 @@ def run_rank(configs: list[Any], info: RankInfo, environ: Mapping[str, str],
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        work(configs, backend, output, Session(membership, stops.requested))
+        rows = work(configs, backend, output, Session(membership, stops.requested))
         backend.barrier()
     except BaseException as exc:
         if reporter is not None:
             reporter.close()
         raise _finish_failed(exc, info, backend, writer, config) from exc
+    # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
+    failure = sweep_failure(rows) if isinstance(rows, list) else None
     if writer is not None and reporter is not None:
         reporter.close()
-        writer.finish("complete", _now())
+        writer.finish("failed" if failure else "complete", _now(), failure)
         reporter.files([shlex.quote(str(writer.csv_path)), shlex.quote(str(writer.json_path))])
     backend.shutdown()
+    if failure is not None:
+        if info.rank == 0:
+            raise RunError(failure)
+        return 1
     return 0
 
 
@@ -534,6 +543,9 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, writer:
     if isinstance(exc, UsageError):
         if writer is not None:
             writer.finish("failed", _now(), str(exc))
+        # Every rank stops here, so the group can be released cleanly: a process that exits with
+        # gloo's threads still running aborts ("terminate called without an active exception").
+        backend.shutdown()
         # Every rank finds the same problem with the same input: one message, from rank 0.
         return exc if info.rank == 0 else AlreadyReported(exc.exit_code)
     if isinstance(exc, RunError):

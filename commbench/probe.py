@@ -14,7 +14,8 @@ from commbench.backends.base import Backend, CollectiveArgs
 from commbench.collectives import REGISTRY, Collective, Layout
 from commbench.config import MODES, REDUCE_OPS
 from commbench.console import TextTable, print_table
-from commbench.dtypes import known_dtypes, torch_dtype
+from commbench.dtypes import element_size, known_dtypes, torch_dtype
+from commbench.splits import DEFAULT_SPLITS, parse_splits
 
 PROBE_ELEMENTS = 2  # per rank chunk: small enough to be instant, more than one element per rank
 SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "i8",
@@ -38,13 +39,16 @@ class Probe:
 def try_op(backend: Backend, collective: Collective, dtype: str, op: str, mode: str) -> str | None:
     """None when one tiny op completes on this rank, else its error's first line."""
     try:
-        layout = Layout(PROBE_ELEMENTS, backend.world_size, backend.rank, 0, torch_dtype(dtype),
-                        backend.device)
+        n = backend.world_size
+        # v-collectives: uneven counts of about PROBE_ELEMENTS per rank (or pair), from the default spread
+        plan = collective.plan_size(2 * PROBE_ELEMENTS * n * element_size(dtype), n, element_size(dtype),
+                                    parse_splits(DEFAULT_SPLITS))
+        layout = Layout(PROBE_ELEMENTS, n, backend.rank, 0, torch_dtype(dtype), backend.device,
+                        chunk_counts=plan.chunk_counts, pair_counts=plan.pair_counts)
         buffers = collective.build(layout)
         for tensor in buffers.tensors():
             tensor.zero_()
-        args = CollectiveArgs(input=buffers.input, output=buffers.output, op=op or "sum", root=0,
-                              peer=buffers.peer, async_op=mode == "async")
+        args = CollectiveArgs(op=op or "sum", root=0, async_op=mode == "async", **buffers.call_options())
         getattr(backend, collective.method)(args)
         backend.complete(args)
     except Exception as exc:  # a refusal is the answer we are looking for
@@ -60,7 +64,8 @@ def probe_all(backend: Backend) -> list[Probe]:
         sum_op = "sum" if collective.reduces else ""
         for dtype in dtypes if collective.sized else dtypes[:1]:
             plan.append((collective.name, dtype, sum_op, "sync"))
-        plan.append((collective.name, dtypes[0], sum_op, "async"))
+        if "async" in collective.modes:  # ping_pong is sync only
+            plan.append((collective.name, dtypes[0], sum_op, "async"))
         if collective.reduces:
             plan.extend((collective.name, dtype, op, "sync") for op in REDUCE_OPS if op != "sum"
                         for dtype in dtypes)
@@ -81,18 +86,19 @@ def support_tables(probes: list[Probe], world_size: int) -> list[TextTable]:
     by_key = {(p.collective, p.dtype, p.op, p.mode): p for p in probes}
     dtypes = list(dict.fromkeys(p.dtype for p in probes))
     first = dtypes[0]
-    columns = ["collective", "busbw factor n=2/4/8", *MODES, *(SHORT_DTYPE.get(d, d) for d in dtypes)]
+    columns = ["collective", "busbw factor n=2/4/8", "placements", *MODES,
+               *(SHORT_DTYPE.get(d, d) for d in dtypes)]
     rows = []
     for collective in REGISTRY.values():
         sum_op = "sum" if collective.reduces else ""
         factor = "/".join(f"{collective.busbw_factor(n):.3g}" for n in (2, 4, 8)) if collective.sized else "-"
-        cells = [collective.name, factor]
+        cells = [collective.name, factor, ", ".join(p for p in collective.placements if p) or "-"]
         cells += [_mark(by_key.get((collective.name, first, sum_op, mode))) for mode in MODES]
         cells += [_mark(by_key.get((collective.name, d, sum_op, "sync"))) if collective.sized else "-"
                   for d in dtypes]
         rows.append(cells)
     collectives = TextTable(f"collectives ({world_size} ranks; sync per dtype, op sum; async in {first})",
-                            columns, rows, left_columns=2)
+                            columns, rows, left_columns=3)
     op_rows = []
     for collective in (c for c in REGISTRY.values() if c.reduces):
         for op in REDUCE_OPS:

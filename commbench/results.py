@@ -21,7 +21,12 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class Row:
-    """One measured (collective, dtype, op, mode, size) point. Times in microseconds."""
+    """One measured (collective, dtype, op, placement, mode, size) point. Times in microseconds.
+
+    A row whose op the backend rejected (or whose buffers could not be allocated) has ``error`` set and
+    no times. ``wrong`` is None unless --check ran: then the wrong elements summed over ranks (and over
+    the checked ops of the row), ``first_wrong`` where the first one was.
+    """
 
     collective: str
     backend: str
@@ -35,11 +40,11 @@ class Row:
     count_per_rank: int
     iters: int  # ops timed
     warmup: int
-    time_us_p50: float
-    time_us_p95: float
-    time_us_min: float
-    time_us_max: float
-    time_us_mean: float
+    time_us_p50: float | None
+    time_us_p95: float | None
+    time_us_min: float | None
+    time_us_max: float | None
+    time_us_mean: float | None
     algbw_gbps: float | None
     busbw_gbps: float | None
     busbw_factor: float
@@ -55,6 +60,10 @@ class Row:
     group_count: int = 1
     skew_us_max: float | None = None  # the largest rank's mean arrival skew (see README: skew)
     slowest_rank: int | None = None  # the rank its group waited for: the smallest arrival skew
+    placement: str = ""  # out-of-place or in-place; '' for barrier (see README: placement)
+    wrong: int | None = None  # --check: wrong elements over all ranks; None when not checked
+    first_wrong: str = ""  # --check: 'rank R index I: expected E, got G' of the first wrong element
+    error: str = ""  # why the row has no measurement (the backend rejected the dtype or op, ...)
     samples_us: list[float] = field(default_factory=list)  # per sample, max over ranks; JSON only
     rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean; JSON only
     rank_skew_us: list[float] = field(default_factory=list)  # each rank's mean arrival skew; JSON only
@@ -90,15 +99,27 @@ class Row:
         found = [] if self.group_layout == "world" else [f"groups of {self.group_size} {self.group_layout}"]
         for name in SERIES_FIELDS[len(BASIC_SERIES_FIELDS):]:
             value = getattr(self, name)
-            if not name.startswith("group_") and value not in ("", None):
-                found.append(f"{name} {value}")
+            if name.startswith("group_") or value in ("", None):
+                continue
+            if name == "placement" and value == default_placement(self.collective):
+                continue  # the layout the collective has without --placement says nothing
+            found.append(f"{name} {value}")
         return found
+
+
+def default_placement(collective: str) -> str:
+    """The placement a collective runs in without --placement ('' for unknown names: saved files
+    may hold collectives or patterns this version does not know)."""
+    from commbench.collectives import REGISTRY  # torch-heavy; results stays importable without it
+
+    known = REGISTRY.get(collective)
+    return known.placements[0] if known is not None else ""
 
 
 # A new field that tells measurements apart (a placement, ...) goes here; compare, fits and plots follow.
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
-              "group_size", "group_layout",
+              "group_size", "group_layout", "placement",
               "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend

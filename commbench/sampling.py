@@ -9,6 +9,10 @@ adaptation off.
 
 Async mode samples windows: a fixed --iters N is one window of N ops; adaptively the count is split into
 windows of about a tenth of it, so the windows' per-op times have a median and an interval too.
+
+An ``Interlude`` (--check-every) runs untimed work after every N timed ops: no timed region (sync batch
+or async window) then spans more than N ops, and the work runs between regions, whose barriers keep it
+out of the next one.
 """
 
 import math
@@ -56,6 +60,30 @@ class IterationBudget:
 
 
 @dataclass
+class Interlude:
+    """Untimed work (a checked op) to run after every ``every`` timed ops, between timed regions."""
+
+    every: int
+    run: Callable[[], None]
+    since: int = 0  # timed ops since the work last ran
+    ran: bool = False
+
+    def after(self, ops: int) -> None:
+        self.since += ops
+        if self.since >= self.every:
+            self._run()
+
+    def finish(self) -> None:
+        """After the last region: run once more unless it just ran."""
+        if self.since or not self.ran:
+            self._run()
+
+    def _run(self) -> None:
+        self.run()
+        self.since, self.ran = 0, True
+
+
+@dataclass
 class Sampled:
     per_rank_seconds: list[list[float]]  # [rank][sample], seconds per op
     ops: int  # ops timed in all
@@ -85,16 +113,21 @@ def _gather(backend: Backend, regions: list[TimedRegion]) -> tuple[list[list[flo
 
 
 def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
-            policy: SamplingPolicy, budget: IterationBudget, size_bytes: int) -> Sampled:
-    """Time ``call`` in ``mode`` under ``policy``; every rank returns the same samples of every rank."""
+            policy: SamplingPolicy, budget: IterationBudget, size_bytes: int,
+            interlude: Interlude | None = None) -> Sampled:
+    """Time ``call`` in ``mode`` under ``policy``; every rank returns the same samples of every rank.
+
+    With an ``interlude`` its work runs after every ``interlude.every`` timed ops (not with CUDA graphs,
+    whose replays are checked only after timing).
+    """
     if policy.cuda_graph_replays:
         ops = policy.fixed_iters or 20
         seconds, arrivals = _gather(backend, [time_cuda_graph(call, backend, args, ops,
                                                               policy.cuda_graph_replays)])
         return Sampled(seconds, ops * policy.cuda_graph_replays, arrivals)
     if policy.fixed_iters is not None:
-        seconds, arrivals = _gather(backend, [_timed(call, backend, args, mode, policy,
-                                                     policy.fixed_iters)])
+        regions = _split_timed(call, backend, args, mode, policy, policy.fixed_iters, interlude)
+        seconds, arrivals = _gather(backend, regions)
         return Sampled(seconds, policy.fixed_iters, arrivals)
 
     probe_seconds = time_sync(call, backend, args, 1).seconds
@@ -104,6 +137,8 @@ def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: Coll
 
     # Sync samples ops; async samples windows of `ops_per_sample` ops.
     ops_per_sample = 1 if mode == "sync" else max(1, math.ceil(count / ASYNC_WINDOWS))
+    if interlude is not None and mode != "sync":
+        ops_per_sample = min(ops_per_sample, interlude.every)  # a window never spans a check
     samples_wanted = math.ceil(count / ops_per_sample)
     first_batch = min(samples_wanted, max(policy.min_iters, 2 * MIN_SAMPLES_FOR_CI))
     per_rank: list[list[float]] | None = None
@@ -111,9 +146,13 @@ def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: Coll
     taken, batch = 0, first_batch
     while batch > 0:
         if mode == "sync":
-            regions = [_timed(call, backend, args, mode, policy, batch)]
+            regions = _split_timed(call, backend, args, mode, policy, batch, interlude)
         else:
-            regions = [time_async(call, backend, args, ops_per_sample) for _ in range(batch)]
+            regions = []
+            for _ in range(batch):
+                regions.append(time_async(call, backend, args, ops_per_sample))
+                if interlude is not None:
+                    interlude.after(ops_per_sample)
         seconds, arrivals = _gather(backend, regions)
         per_rank = _extend(per_rank, seconds)
         per_rank_arrivals = _extend(per_rank_arrivals, arrivals)
@@ -134,6 +173,21 @@ def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingP
         if relative is not None and relative <= policy.precision:
             return 0
     return min(wanted - taken, taken)  # double what has been taken, within the budget
+
+
+def _split_timed(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
+                 policy: SamplingPolicy, iters: int, interlude: Interlude | None) -> list[TimedRegion]:
+    """``iters`` timed ops as one region, or as regions of at most ``interlude.every`` ops with the
+    interlude's work between them."""
+    regions = []
+    remaining = iters
+    while remaining > 0:
+        ops = remaining if interlude is None else min(remaining, interlude.every)
+        regions.append(_timed(call, backend, args, mode, policy, ops))
+        remaining -= ops
+        if interlude is not None:
+            interlude.after(ops)
+    return regions
 
 
 def _timed(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,

@@ -2,6 +2,7 @@
 
 import pytest
 
+from commbench.cli import main
 from tests.dist_helpers import commbench
 
 CASES = [
@@ -26,6 +27,17 @@ CASES = [
     (["--timeout", "0"], "--timeout 0 must be above 0"),
 ]
 
+# Refused while the command line is read, before launch: checked in-process (no ranks would start).
+IN_PROCESS_CASES = [
+    (["--placement", "sideways"], "unknown placement 'sideways'"),
+    (["--placement", "in-plac"], "unknown placement 'in-plac' (did you mean in-place?)"),
+    (["--check-every", "-1"], "--check-every -1 must be at least 0"),
+    (["--p2p-window", "0"], "--p2p-window 0 must be at least 1"),
+    (["--premul-factor", "inf"], "--premul-factor inf must be a finite number"),
+    (["--splits", "spread:1.5"], "the spread must be between 0 and 1"),
+    (["--splits", "missing.csv"], "splits file missing.csv: no such file"),
+]
+
 
 @pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_exits_2_with_one_line(args, message):
@@ -37,6 +49,15 @@ def test_bad_input_exits_2_with_one_line(args, message):
     assert lines[0].startswith("commbench: error: ")
     assert message in lines[0]
     assert result.stdout == ""  # refused before anything started
+
+
+@pytest.mark.parametrize("args, message", IN_PROCESS_CASES, ids=[" ".join(a) for a, _ in IN_PROCESS_CASES])
+def test_bad_options_exit_2_with_one_line(args, message, capsys):
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [captured.err.strip()]
+    assert captured.err.startswith("commbench: error: ") and message in captured.err
 
 
 def test_mpirun_without_master_address_is_bad_input():

@@ -3,9 +3,18 @@
 import pytest
 import torch
 
-from commbench.collectives import REGISTRY, Layout, resolve_collectives
+from commbench.collectives import (
+    IN_PLACE,
+    OUT_OF_PLACE,
+    PLACEMENTS,
+    REGISTRY,
+    Layout,
+    placements_for,
+    resolve_collectives,
+)
 from commbench.errors import UsageError
 from commbench.runner import plan_sizes
+from commbench.splits import parse_splits
 
 NCCL_TESTS_FACTORS = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -20,7 +29,18 @@ NCCL_TESTS_FACTORS = {
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
+    # v-collectives: their uniform counterpart's factor, applied to the largest per-rank byte count
+    "all_to_allv": lambda n: (n - 1) / n,
+    "reduce_scatter_v": lambda n: (n - 1) / n,
+    "all_gather_v": lambda n: (n - 1) / n,
+    # point-to-point: what one rank sends (and receives), as nccl-tests' sendrecv
+    "ping": lambda n: 1.0,
+    "ping_pong": lambda n: 1.0,
+    "p2p_uni": lambda n: 1.0,
+    "p2p_bidir": lambda n: 1.0,
+    "ring": lambda n: 1.0,
 }
+UNIFORM = sorted(name for name in NCCL_TESTS_FACTORS if REGISTRY[name].uneven is None)
 
 
 def test_every_collective_the_issue_names_is_registered():
@@ -41,7 +61,7 @@ def _numel(part):
     return part.numel()
 
 
-@pytest.mark.parametrize("name", sorted(NCCL_TESTS_FACTORS))
+@pytest.mark.parametrize("name", UNIFORM)
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_size_is_the_larger_buffer(name, world_size):
     collective = REGISTRY[name]
@@ -92,3 +112,79 @@ def test_resolve_collectives():
     assert resolve_collectives("all") == list(REGISTRY)
     with pytest.raises(UsageError, match="did you mean reduce_scatter_base"):
         resolve_collectives("reduce_scater_base")
+
+
+CPU = torch.device("cpu")
+
+
+def _layout(count: int, world_size: int, rank: int, placement: str = "", **extra) -> Layout:
+    return Layout(count, world_size, rank, 0, torch.float32, CPU, placement, **extra)
+
+
+def _shares_memory(view: torch.Tensor, whole: torch.Tensor, offset: int) -> bool:
+    return view.data_ptr() == whole.data_ptr() + offset * whole.element_size()
+
+
+def test_in_place_layouts_are_views_as_real_code_uses_them():
+    rs = REGISTRY["reduce_scatter_base"].build(_layout(5, 3, 1, IN_PLACE))
+    assert rs.input.shape == (15,) and _shares_memory(rs.output, rs.input, 5) and rs.output.shape == (5,)
+    ag = REGISTRY["all_gather_base"].build(_layout(5, 3, 2, IN_PLACE))
+    assert ag.output.shape == (15,) and _shares_memory(ag.input, ag.output, 10) and ag.input.shape == (5,)
+    ar = REGISTRY["all_reduce"].build(_layout(5, 3, 0, IN_PLACE))
+    assert ar.input is ar.output
+    for name in ("reduce_scatter_base", "all_gather_base", "all_reduce"):
+        apart = REGISTRY[name].build(_layout(5, 3, 1, OUT_OF_PLACE))
+        assert apart.input.data_ptr() != apart.output.data_ptr()
+
+
+def test_placements_run_what_a_collective_has():
+    assert placements_for(REGISTRY["all_reduce"], []) == [IN_PLACE]  # torch's all_reduce is in place
+    assert placements_for(REGISTRY["reduce_scatter_base"], []) == [OUT_OF_PLACE]
+    assert placements_for(REGISTRY["all_gather_base"], list(PLACEMENTS)) == list(PLACEMENTS)
+    assert placements_for(REGISTRY["broadcast"], [OUT_OF_PLACE]) == [IN_PLACE]  # its only layout
+    assert placements_for(REGISTRY["all_to_all"], [IN_PLACE]) == [OUT_OF_PLACE]
+    assert placements_for(REGISTRY["barrier"], list(PLACEMENTS)) == [""]
+
+
+def test_uneven_layouts_follow_the_plan():
+    spec = parse_splits("spread:0.5")
+    plan = REGISTRY["all_to_allv"].plan_size(1200, 3, 4, spec)
+    # c = 1200 / (3 x 4) = 100 elements per pair, times 1 + 0.5 d with d = -1, 0, 1 by (i + j) mod 3
+    assert plan.pair_counts == ((50, 100, 150), (100, 150, 50), (150, 50, 100))
+    for rank in range(3):
+        buffers = REGISTRY["all_to_allv"].build(_layout(plan.count_per_rank, 3, rank,
+                                                        pair_counts=plan.pair_counts))
+        assert buffers.input_splits == list(plan.pair_counts[rank])
+        assert buffers.output_splits == [row[rank] for row in plan.pair_counts]
+        assert buffers.input.numel() == sum(buffers.input_splits)
+    assert plan.size_bytes == 300 * 4 and plan.count_per_rank == 150
+    gathered = REGISTRY["all_gather_v"].plan_size(1200, 3, 4, spec)
+    assert gathered.chunk_counts == (50, 100, 150) and gathered.size_bytes == 300 * 4
+    buffers = REGISTRY["all_gather_v"].build(_layout(0, 3, 2, chunk_counts=gathered.chunk_counts))
+    assert buffers.input.numel() == 150 and [t.numel() for t in buffers.output] == [50, 100, 150]
+    buffers = REGISTRY["reduce_scatter_v"].build(_layout(0, 3, 0, chunk_counts=gathered.chunk_counts))
+    assert [t.numel() for t in buffers.input] == [50, 100, 150] and buffers.output.numel() == 50
+
+
+def test_point_to_point_peers():
+    def peers(name, world_size, **extra):
+        found = []
+        for rank in range(world_size):
+            b = REGISTRY[name].build(_layout(4, world_size, rank, **extra))
+            found.append((b.send_peer, b.recv_peer, b.peer, b.leads, b.window))
+        return found
+
+    assert peers("ping", 3) == [(1, None, None, False, 1), (None, 0, None, False, 1),
+                                (None, None, None, False, 1)]
+    assert [p[4] for p in peers("p2p_uni", 2, window=8)] == [8, 8]
+    assert peers("p2p_bidir", 2, window=4) == [(1, 1, None, False, 4), (0, 0, None, False, 4)]
+    assert peers("ping_pong", 2) == [(None, None, 1, True, 1), (None, None, 0, False, 1)]
+    assert [(p[0], p[1]) for p in peers("ring", 3)] == [(1, 2), (2, 0), (0, 1)]
+    assert peers("ring", 1) == [(None, None, None, False, 1)]
+
+
+def test_reported_time_per_message_and_per_one_way_trip():
+    assert REGISTRY["ping_pong"].time_scale(_layout(4, 2, 0)) == 0.5
+    assert REGISTRY["p2p_uni"].time_scale(_layout(4, 2, 0, window=16)) == 1 / 16
+    assert REGISTRY["ping"].time_scale(_layout(4, 2, 0, window=16)) == 1.0
+    assert REGISTRY["ping_pong"].modes == ("sync",)

@@ -78,12 +78,26 @@ def test_explicit_csv_and_json_paths(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
-def test_backend_error_names_collective_size_and_rank(tmp_path):
-    # gloo has no float8 reductions: the run fails, and says where
-    result = commbench("--collective", "all_reduce", "--dtype", "float8_e4m3fn", "--sizes", "1K",
-                       "--output-dir", str(tmp_path))
+def test_a_rejected_dtype_or_op_is_an_error_row_and_the_sweep_goes_on(tmp_path):
+    # gloo has no float8 and no premul_sum: those rows record why, the others are measured
+    result = commbench("--collective", "all_reduce,broadcast", "--dtype", "float8_e4m3fn,float32", "--op",
+                       "sum,premul_sum", "--sizes", "1K,2K", "--iters", "2", "--output-dir", str(tmp_path))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert "all_reduce (float8_e4m3fn, sum, sync) failed at size 1 KiB on rank" in result.stderr
-    _, payload = _read(tmp_path)
-    assert payload["meta"]["status"] == "failed" and "all_reduce" in payload["meta"]["error"]
+    rows, payload = _read(tmp_path)
+    assert len(rows) == len(payload["rows"]) == 2 * 2 * 2 + 2 * 2  # all_reduce x dtypes x ops x sizes
+    failed = {(r["collective"], r["dtype"], r["op"]): r["error"] for r in payload["rows"] if r["error"]}
+    assert failed[("all_reduce", "float8_e4m3fn", "sum")] == "Invalid scalar type (on every rank)"
+    assert failed[("broadcast", "float8_e4m3fn", "")] == "Invalid scalar type (on every rank)"
+    assert failed[("all_reduce", "float32", "premul_sum")].startswith(
+        "premul_sum is NCCL's pre-multiplied sum; the gloo backend does not have it")
+    assert len(failed) == 4  # float8 (both collectives, both ops) and float32 premul_sum
+    measured = [r for r in payload["rows"] if not r["error"]]
+    assert len(measured) == 4 and all(r["time_us_p50"] > 0 for r in measured)
+    assert all(r["time_us_p50"] is None for r in payload["rows"] if r["error"])
+    assert [r["error"] for r in rows if r["dtype"] == "float32" and r["op"] != "premul_sum"] == [""] * 4
+    summary = ("8 rows failed (first: all_reduce (float8_e4m3fn, sum, in-place, sync) at 1 KiB: "
+               "Invalid scalar type (on every rank))")
+    assert result.stderr.strip().splitlines() == [f"commbench: error: {summary}"]
+    assert "Invalid scalar type (on every rank)" in result.stdout  # the table's error column
+    assert payload["meta"]["status"] == "failed" and payload["meta"]["error"] == summary

@@ -23,17 +23,21 @@ def test_list_probes_gloo_on_two_local_ranks():
     out = result.stdout
     assert out.startswith("backend gloo · device cpu · 2 ranks")
     header = _row(out, "collective", "busbw factor n=2/4/8")
-    assert header[2:4] == ["sync", "async"] and header[4] == "fp32"
+    assert header[2:5] == ["placements", "sync", "async"] and header[5] == "fp32"
     for name in REGISTRY:
         cells = _row(out, name)
-        assert cells[2:4] == ["✓", "✓"], cells  # every collective runs in both modes on gloo
+        # every collective runs in both modes on gloo; ping_pong's round trip has no async form
+        assert cells[3:5] == (["✓", "-"] if name == "ping_pong" else ["✓", "✓"]), cells
     assert _row(out, "all_reduce")[1] == "1/1.5/1.75"  # 2(n-1)/n
-    assert _row(out, "all_reduce")[4] == "✓"  # float32
-    assert set(_row(out, "barrier")[4:]) == {"-"}  # no data, no dtype
+    assert _row(out, "all_reduce")[2] == "in-place, out-of-place"  # the default first
+    assert _row(out, "broadcast")[2] == "in-place"
+    assert _row(out, "all_reduce")[5] == "✓"  # float32
+    assert set(_row(out, "barrier")[5:]) == {"-"}  # no data, no dtype
     # premul_sum is NCCL's: gloo refuses it, and the listing says why
     assert set(_row(out, "all_reduce", "premul_sum")[2:]) == {"✗"}
     assert _row(out, "all_reduce", "sum")[2] == "✓"
-    assert "why refused:" in out and "PREMUL_SUM" in out
+    assert "why refused:" in out
+    assert "premul_sum is NCCL's pre-multiplied sum; the gloo backend does not have it" in out
 
 
 def test_list_refuses_an_unavailable_backend_before_starting(capsys):
@@ -48,4 +52,4 @@ def test_list_probes_nccl_on_cuda():
     result = commbench("list", "--backend", "nccl", timeout=180)
     assert result.returncode == 0, result.stderr
     assert "backend nccl · device cuda" in result.stdout
-    assert _row(result.stdout, "all_reduce")[4] == "✓"
+    assert _row(result.stdout, "all_reduce")[5] == "✓"

@@ -85,3 +85,15 @@ def test_pattern_rows_differ_in_their_keys_by_unit_phase_and_bucket():
                         postdivide=None)]
     assert len({row.key() for row in variants}) == len(variants)
     assert replace(base, compute_size=64).key() == base.key()  # 'auto' sizes vary between runs
+
+
+def test_rows_written_before_the_check_fields_existed_still_load(tmp_path):
+    from dataclasses import asdict
+
+    old = asdict(_row(1024))
+    for name in ("placement", "wrong", "first_wrong", "error"):
+        del old[name]
+    (tmp_path / "old.json").write_text(json.dumps({"schema": 1, "meta": {}, "rows": [old]}))
+    (row,) = load_run(tmp_path / "old.json").rows
+    assert (row.placement, row.wrong, row.first_wrong, row.error) == ("", None, "", "")
+    assert row.key() != replace(row, placement="in-place").key()  # placements are told apart

@@ -203,3 +203,20 @@ def test_progress_bar_on_a_terminal_only(tmp_path):
     result = commbench("--collective", "all_reduce", "--sizes", "1K:64K", "--time-per-size", "0.05",
                        "--output-dir", str(tmp_path))
     assert result.returncode == 0 and "ETA" not in result.stdout and "all_reduce · float32" in result.stdout
+
+
+def test_an_interlude_runs_every_n_ops_and_once_after_the_last():
+    from commbench.sampling import Interlude
+
+    runs = []
+    interlude = Interlude(3, lambda: runs.append(interlude.since))
+    for ops in (2, 1, 3, 1):  # regions of these many ops
+        interlude.after(ops)
+    assert len(runs) == 2  # after 3 and after 6 ops
+    interlude.finish()
+    assert len(runs) == 3  # the seventh op was not checked yet
+    interlude.finish()
+    assert len(runs) == 3  # it just ran
+    idle = Interlude(1 << 62, lambda: runs.append(0))
+    idle.finish()
+    assert len(runs) == 4  # no region ever reached it: the check after timing still runs

@@ -61,7 +61,9 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                       "--backend", "gloo", "--device", "cpu", "--timeout", "77", "--output-dir",
                       str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path), "--quiet",
                       "--group-size", "2", "--group-layout", "strided", "--per-rank",
-                      "--skew-threshold", "50", "--format", "nccl-tests")
+                      "--skew-threshold", "50", "--format", "nccl-tests",
+                      "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
+                      "--p2p-window", "4", "--premul-factor", "0.25")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     meta = json.loads(json_path.read_text())["meta"]
@@ -78,7 +80,11 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert config["max_memory"] == 1 << 30
     assert (config["group_size"], config["group_layout"], config["groups"]) == (2, "strided", None)
     assert config["per_rank"] is True and config["skew_threshold_percent"] == 50.0
+    assert config["placements"] == ["in-place"] and config["check"] is True and config["check_every"] == 2
+    assert (config["splits"], config["p2p_window"], config["premul_factor"]) == ("spread:0.25", 4, 0.25)
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
+    rows = json.loads(json_path.read_text())["rows"]
+    assert [(row["placement"], row["wrong"]) for row in rows] == [("in-place", 0), ("in-place", 0)]
     # --groups excludes --group-size, so it passes through in a run of its own
     preset = torchrun(2, "--sizes", "1K", "--iters", "1", "--groups", "intra-node", "--json",
                       str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"), "--quiet")
@@ -90,7 +96,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                  "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet",
                  "--time-per-size", "--min-iters", "--max-iters", "--precision", "--barrier", "--cuda-graph",
                  "--max-memory", "--group-size", "--group-layout", "--per-rank", "--skew-threshold",
-                 "--groups", "--config", "--format"}
+                 "--groups", "--config", "--format",
+                 "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
 

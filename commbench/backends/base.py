@@ -13,8 +13,10 @@ TensorOrList = torch.Tensor | list[torch.Tensor] | None
 class CollectiveArgs:
     """Everything one collective call needs.
 
-    ``root`` is a rank within ``group``; ``peer`` too (point-to-point). When ``async_op`` is set each
-    call appends its work handle to ``wait_list`` and ``Backend.complete`` waits on them all.
+    ``root`` is a rank within ``group``; ``peer``, ``send_peer`` and ``recv_peer`` too (point-to-point).
+    When ``async_op`` is set each call appends its work handle to ``wait_list`` and ``Backend.complete``
+    waits on them all. ``premul_factor`` is premul_sum's factor; ``window`` the messages p2p() sends or
+    receives per call; ``leads`` says which side of ping_pong sends first.
     """
 
     input: TensorOrList
@@ -27,6 +29,11 @@ class CollectiveArgs:
     peer: int | None = None
     input_splits: list[int] | None = None
     output_splits: list[int] | None = None
+    premul_factor: float = 1.0
+    send_peer: int | None = None
+    recv_peer: int | None = None
+    window: int = 1
+    leads: bool = False
 
 
 class Backend(ABC):
@@ -76,6 +83,20 @@ class Backend(ABC):
     @abstractmethod
     def send_recv(self, args: CollectiveArgs) -> None:
         """Send ``input`` to ``peer`` and receive ``output`` from it, both at once."""
+
+    @abstractmethod
+    def all_gather_v(self, args: CollectiveArgs) -> None:
+        """All-gather ``input`` into the list ``output`` whose chunks may differ in size."""
+
+    @abstractmethod
+    def p2p(self, args: CollectiveArgs) -> None:
+        """Send ``input`` to ``send_peer`` and receive ``output`` from ``recv_peer``, ``window`` times
+        each, all in flight together; a peer of None means no sends (or receives) on this rank."""
+
+    @abstractmethod
+    def ping_pong(self, args: CollectiveArgs) -> None:
+        """One round trip with ``peer``: the leading rank sends ``input`` and receives the echo into
+        ``output``; the other receives into ``output`` and sends it back. Blocking in either mode."""
 
     # --- completion and control -------------------------------------------------------------
     @abstractmethod

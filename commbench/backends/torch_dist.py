@@ -58,7 +58,9 @@ class TorchDistBackend(Backend):
             "reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
         self._all_gather_flat = _first_present(
             "all_gather_single", "all_gather_into_tensor", "_all_gather_base")
-        self._ops: dict[str, Any] = {}
+        self._ops: dict[tuple[str, float], Any] = {}
+        # NCCL gathers uneven lists itself (one broadcast per rank, coalesced); gloo rejects them
+        self._uneven_all_gather = name == "nccl"
 
     # --- set-up -----------------------------------------------------------------------------
     @classmethod
@@ -144,11 +146,23 @@ class TorchDistBackend(Backend):
             return str(exc)
 
     # --- helpers ------------------------------------------------------------------------------
-    def _op(self, name: str) -> Any:
-        found = self._ops.get(name)
+    def _op(self, args: CollectiveArgs) -> Any:
+        key = (args.op, args.premul_factor if args.op == "premul_sum" else 1.0)
+        found = self._ops.get(key)
         if found is None:
-            found = self._ops[name] = reduce_op(name)
+            if args.op == "premul_sum" and self.name != "nccl":
+                raise ValueError(f"premul_sum is NCCL's pre-multiplied sum; the {self.name} backend does "
+                                 "not have it")
+            found = self._ops[key] = reduce_op(*key)
         return found
+
+    def _finish(self, args: CollectiveArgs, works: list[Any]) -> None:
+        """Keep the handles of ops issued together (async), or wait on them now (sync)."""
+        if args.async_op:
+            args.wait_list.extend(works)
+        else:
+            for work in works:
+                work.wait()
 
     @staticmethod
     def _global_rank(group: Any, group_rank: int) -> int:
@@ -165,19 +179,21 @@ class TorchDistBackend(Backend):
 
     # --- collectives --------------------------------------------------------------------------
     def all_reduce(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.all_reduce(args.output, self._op(args.op), args.group, args.async_op))
+        if args.input is not None and args.input is not args.output:
+            args.output.copy_(args.input)  # out of place: torch's all_reduce itself works in place
+        self._keep(args, dist.all_reduce(args.output, self._op(args), args.group, args.async_op))
 
     def reduce_scatter(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.reduce_scatter(args.output, args.input, self._op(args.op), args.group,
+        self._keep(args, dist.reduce_scatter(args.output, args.input, self._op(args), args.group,
                                              args.async_op))
 
     def reduce_scatter_base(self, args: CollectiveArgs) -> None:
         if self._reduce_scatter_flat is not None:
-            work = self._reduce_scatter_flat(args.output, args.input, self._op(args.op), args.group,
+            work = self._reduce_scatter_flat(args.output, args.input, self._op(args), args.group,
                                              args.async_op)
         else:  # torch without a flat reduce-scatter: the list form over views of the input
             chunks = list(args.input.chunk(self._group_size(args.group)))
-            work = dist.reduce_scatter(args.output, chunks, self._op(args.op), args.group, args.async_op)
+            work = dist.reduce_scatter(args.output, chunks, self._op(args), args.group, args.async_op)
         self._keep(args, work)
 
     def all_gather(self, args: CollectiveArgs) -> None:
@@ -206,7 +222,7 @@ class TorchDistBackend(Backend):
 
     def reduce(self, args: CollectiveArgs) -> None:
         root = self._global_rank(args.group, args.root)
-        self._keep(args, dist.reduce(args.output, root, self._op(args.op), args.group, args.async_op))
+        self._keep(args, dist.reduce(args.output, root, self._op(args), args.group, args.async_op))
 
     def gather(self, args: CollectiveArgs) -> None:
         root = self._global_rank(args.group, args.root)
@@ -227,11 +243,42 @@ class TorchDistBackend(Backend):
             dist.P2POp(dist.isend, args.input, peer, args.group),
             dist.P2POp(dist.irecv, args.output, peer, args.group),
         ])
-        if args.async_op:
-            args.wait_list.extend(works)
-        else:
-            for work in works:
-                work.wait()
+        self._finish(args, works)
+
+    def all_gather_v(self, args: CollectiveArgs) -> None:
+        if self._uneven_all_gather:
+            self._keep(args, dist.all_gather(args.output, args.input, args.group, args.async_op))
+            return
+        # One broadcast per rank (rank r's chunk from rank r), issued together: the bytes an uneven
+        # all-gather moves, at the price of n ops; the own chunk is copied locally.
+        me = dist.get_rank(args.group)
+        works = [dist.broadcast(args.input if rank == me else chunk, self._global_rank(args.group, rank),
+                                args.group, async_op=True)
+                 for rank, chunk in enumerate(args.output)]
+        args.output[me].copy_(args.input)
+        self._finish(args, works)
+
+    def p2p(self, args: CollectiveArgs) -> None:
+        ops = []
+        if args.send_peer is not None:
+            peer = self._global_rank(args.group, args.send_peer)
+            ops.extend(dist.P2POp(dist.isend, args.input, peer, args.group) for _ in range(args.window))
+        if args.recv_peer is not None:
+            peer = self._global_rank(args.group, args.recv_peer)
+            ops.extend(dist.P2POp(dist.irecv, args.output, peer, args.group) for _ in range(args.window))
+        if ops:  # a rank outside every pair sits the op out
+            self._finish(args, dist.batch_isend_irecv(ops))
+
+    def ping_pong(self, args: CollectiveArgs) -> None:
+        if args.peer is None:
+            return
+        peer = self._global_rank(args.group, args.peer)
+        if args.leads:
+            dist.send(args.input, peer, args.group)
+            dist.recv(args.output, peer, args.group)
+        else:  # the echo: what arrived goes back
+            dist.recv(args.output, peer, args.group)
+            dist.send(args.output, peer, args.group)
 
     # --- completion and control ---------------------------------------------------------------
     def wait(self, args: CollectiveArgs) -> None:
