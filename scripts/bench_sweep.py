@@ -16,7 +16,7 @@ from pathlib import Path
 
 from commbench.results import load_run
 from commbench.sizes import format_size
-from commbench.stats import median_ci95, percentile
+from commbench.stats import MIN_SAMPLES_FOR_CI, median_ci95, percentile
 
 
 def _run(label: str, extra: list[str], options: argparse.Namespace, folder: Path) -> tuple[float, dict]:
@@ -30,11 +30,15 @@ def _run(label: str, extra: list[str], options: argparse.Namespace, folder: Path
     return elapsed, {row.size_bytes: row for row in load_run(json_path).rows}
 
 
-def _interval(samples: list[float]) -> tuple[float, float, float]:
+def _interval(samples: list[float]) -> tuple[float, tuple[float, float] | None]:
     ordered = sorted(samples)
-    low_high = median_ci95(ordered)
-    median = percentile(ordered, 0.5)
-    return (median, *(low_high if low_high else (median, median)))
+    return percentile(ordered, 0.5), median_ci95(ordered)
+
+
+def _shown(median: float, interval: tuple[float, float] | None) -> str:
+    if interval is None:
+        return f"{median:>12.1f} {'[too few samples]':>20}"
+    return f"{median:>12.1f} [{interval[0]:>8.1f}, {interval[1]:>8.1f}]"
 
 
 def main() -> None:
@@ -51,16 +55,22 @@ def main() -> None:
     print(f"wall time: adaptive {adaptive_time:.1f} s, fixed 20 iterations {fixed_time:.1f} s, "
           f"ratio adaptive/fixed {adaptive_time / fixed_time:.2f}")
     print(f"{'size':>9}{'iters':>7}{'adaptive p50 [95% CI] µs':>34}{'fixed p50 [95% CI] µs':>34}  agree")
-    agreeing = 0
+    agreeing = judged = 0
     for size, row in adaptive.items():
-        a_median, a_low, a_high = _interval(row.samples_us)
-        f_median, f_low, f_high = _interval(fixed[size].samples_us)
-        agree = a_low <= f_median <= a_high and f_low <= a_median <= f_high
-        agreeing += agree
-        print(f"{format_size(size):>9}{row.iters:>7}{a_median:>12.1f} [{a_low:>8.1f}, {a_high:>8.1f}]"
-              f"{f_median:>12.1f} [{f_low:>8.1f}, {f_high:>8.1f}]  {'yes' if agree else 'no'}")
-    print(f"medians within each other's interval at {agreeing} of {len(adaptive)} sizes")
-
+        a_median, a_interval = _interval(row.samples_us)
+        f_median, f_interval = _interval(fixed[size].samples_us)
+        if a_interval is None or f_interval is None:
+            verdict = "n/a"
+        else:
+            agree = (a_interval[0] <= f_median <= a_interval[1]
+                     and f_interval[0] <= a_median <= f_interval[1])
+            judged += 1
+            agreeing += agree
+            verdict = "yes" if agree else "no"
+        print(f"{format_size(size):>9}{row.iters:>7}{_shown(a_median, a_interval)}"
+              f"{_shown(f_median, f_interval)}  {verdict}")
+    print(f"medians within each other's interval at {agreeing} of {judged} sizes with an interval on both"
+          f" sides (an interval needs {MIN_SAMPLES_FOR_CI} samples)")
 
 if __name__ == "__main__":
     main()

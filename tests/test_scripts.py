@@ -1,0 +1,78 @@
+"""The benchmark scripts in scripts/ run from an install and print their ratios.
+
+Each runs with small arguments so the suite stays short; what is asserted is the shape of what they
+print (every row present, ratios positive and finite), never a time or a ratio's value.
+"""
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+from tests.dist_helpers import ROOT
+
+NUMBER = r"[0-9]+(?:\.[0-9]+)?"
+
+
+def run_script(name: str, *args: str, timeout: float = 240) -> str:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def positive(text: str) -> float:
+    value = float(text)
+    assert math.isfinite(value) and value > 0, text
+    return value
+
+
+def test_bench_overhead_prints_a_ratio_and_a_control_per_collective_and_size():
+    out = run_script("bench_overhead.py", "--rounds", "3", "--ops", "20")
+    rows = re.findall(rf"^(\w+)\s+(\d+)\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})\s+({NUMBER}) (ok|noise|OVER)$",
+                      out, re.MULTILINE)
+    assert {(name, int(size)) for name, size, *_ in rows} == {
+        (name, size) for name in ("reduce_scatter_base", "all_reduce")
+        for size in (1024, 65536, 4194304)}
+    for _, size, raw, ratio, control, target, verdict in rows:
+        positive(raw), positive(control)
+        ratio_value, target_value = positive(ratio), float(target)
+        assert target_value == (1.05 if int(size) < 65536 else 1.02)
+        assert (verdict == "ok") == (ratio_value <= target_value)
+
+
+def test_bench_memory_prints_buffers_commbench_and_bare_torch_per_collective():
+    out = run_script("bench_memory.py", "--size", "16M")
+    for name, buffers in (("all_gather_base", 24), ("reduce_scatter_base", 24), ("all_to_all_single", 32)):
+        line = re.search(rf"^{name}\s+(\d+)\s+(-?\d+)\s+(-?{NUMBER})\s+(-?\d+)\s+(-?{NUMBER})", out,
+                         re.MULTILINE)
+        assert line, out
+        assert int(line.group(1)) == buffers  # input + output MiB of a 16 MiB collective on 2 ranks
+
+
+def test_bench_sweep_compares_adaptive_and_fixed_at_every_size():
+    out = run_script("bench_sweep.py", "--sizes", "1K:8K")
+    wall = re.search(rf"adaptive ({NUMBER}) s, fixed 20 iterations ({NUMBER}) s, ratio adaptive/fixed "
+                     rf"({NUMBER})", out)
+    assert wall, out
+    adaptive, fixed, ratio = (positive(value) for value in wall.groups())
+    # the times print to 0.1 s and the ratio to 0.01: the ratio lies within what that rounding allows
+    assert (adaptive - 0.05) / (fixed + 0.05) - 0.005 <= ratio <= (adaptive + 0.05) / (fixed - 0.05) + 0.005
+    sizes = re.findall(r"^\s+(\d+ KiB)\s+\d+\s.*\s(yes|no|n/a)$", out, re.MULTILINE)
+    assert [size for size, _ in sizes] == ["1 KiB", "2 KiB", "4 KiB", "8 KiB"]
+    judged = sum(verdict != "n/a" for _, verdict in sizes)
+    agreeing = sum(verdict == "yes" for _, verdict in sizes)
+    assert f"at {agreeing} of {judged} sizes" in out
+
+
+def test_check_overhead_and_checkin_cost_print_their_ratios():
+    out = run_script("check_overhead.py", "--rounds", "1", "--", "--sizes", "1K:4K", "--collective",
+                     "all_reduce,reduce_scatter_base")
+    positive(re.search(rf"--check / plain wall time \(best of 1\): ({NUMBER})", out).group(1))
+    out = run_script("checkin_cost.py", "--repeats", "20")
+    positive(re.search(rf"check-in / barrier\s+= ({NUMBER})", out).group(1))
+    positive(re.search(rf"check-in / all_reduce 1 KiB = ({NUMBER})", out).group(1))
