@@ -7,6 +7,7 @@ something without a launcher; under torchrun use torchrun's --nproc-per-node).
 """
 
 import sys
+from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
@@ -41,6 +42,28 @@ class DefaultGroup(click.Group):
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
+
+
+def launch_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every measuring command shares: where the ranks come from and where rows go."""
+    options = [
+        click.option("--backend", default=None,
+                     help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo]."),
+        click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu]."),
+        click.option("--nproc", type=int, default=DEFAULTS.nproc, show_default=True,
+                     help="Local ranks to spawn when no launcher (torchrun, mpirun, srun) started "
+                          "commbench."),
+        click.option("--timeout", "timeout_s", type=float, default=DEFAULTS.timeout_s, show_default=True,
+                     help="Seconds allowed for process-group start, each collective and each size's "
+                          "check-in."),
+        click.option("--output-dir", default=DEFAULTS.output_dir, show_default=True,
+                     help="Each run writes DIR/<run-id>/results.csv and results.json."),
+        click.option("--csv", "csv_path", default=None, help="Write the CSV exactly here instead."),
+        click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead."),
+    ]
+    for option in reversed(options):  # decorators apply bottom-up: keep the listed order in --help
+        command = option(command)
+    return command
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["--help", "-h"]})
@@ -83,16 +106,7 @@ def cli() -> None:
               help="Refuse, before allocating, sizes whose buffers need more than this per rank (e.g. 8G).")
 @click.option("--root", type=int, default=DEFAULTS.root, show_default=True,
               help="Root rank of broadcast, reduce, gather and scatter.")
-@click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
-@click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu].")
-@click.option("--nproc", type=int, default=DEFAULTS.nproc, show_default=True,
-              help="Local ranks to spawn when no launcher (torchrun, mpirun, srun) started commbench.")
-@click.option("--timeout", "timeout_s", type=float, default=DEFAULTS.timeout_s, show_default=True,
-              help="Seconds allowed for process-group start and for each collective.")
-@click.option("--output-dir", default=DEFAULTS.output_dir, show_default=True,
-              help="Each run writes DIR/<run-id>/results.csv and results.json.")
-@click.option("--csv", "csv_path", default=None, help="Write the CSV exactly here instead.")
-@click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead.")
+@launch_options
 @click.option("--format", "output_format", default=DEFAULTS.output_format, show_default=True,
               help=f"Console output: {', '.join(OUTPUT_FORMATS)} (nccl-tests' columns; JSON lines "
                    "on stdout).")
@@ -282,16 +296,7 @@ def pattern(ctx: click.Context) -> int:
               help="Parameter and gradient dtype: float32, bfloat16, float16 or float64.")
 @click.option("--warmup", type=int, default=0, show_default=True, help="Untimed steps per bucketing.")
 @click.option("--iters", type=int, default=3, show_default=True, help="Timed steps per bucketing.")
-@click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
-@click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu].")
-@click.option("--nproc", type=int, default=DEFAULTS.nproc, show_default=True,
-              help="Local ranks to spawn when no launcher (torchrun, mpirun, srun) started commbench.")
-@click.option("--timeout", "timeout_s", type=float, default=DEFAULTS.timeout_s, show_default=True,
-              help="Seconds allowed for process-group start and for each collective.")
-@click.option("--output-dir", default=DEFAULTS.output_dir, show_default=True,
-              help="Each run writes DIR/<run-id>/results.csv and results.json.")
-@click.option("--csv", "csv_path", default=None, help="Write the CSV exactly here instead.")
-@click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead.")
+@launch_options
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
 @click.pass_context
 def fsdp(ctx: click.Context, buckets: str, **options) -> int:

@@ -142,10 +142,16 @@ def plan_sizes(collective: Collective, sizes: list[int], world_size: int, dtype:
         notes.append(f"{where}: skipped sizes below {unit} B: {', '.join(skipped)}")
     if merged:
         notes.append(f"{where}: {', '.join(merged)} rounded onto a size already measured")
-    if refused:
-        notes.append(f"{where}: refused by --max-memory {format_size(max_memory or 0)} of buffers per "
-                     f"rank: {', '.join(refused)}")
+    notes.extend(_refusal_notes(where, max_memory, refused))
     return planned, notes
+
+
+def _refusal_notes(where: str, max_memory: int | None, refused: list[str]) -> list[str]:
+    """The note that names each size --max-memory refused, with what its buffers need."""
+    if not refused:
+        return []
+    return [f"{where}: refused by --max-memory {format_size(max_memory or 0)} of buffers per rank: "
+            f"{', '.join(refused)}"]
 
 
 def _plan_uneven(collective: Collective, sizes: list[int], world_size: int, dtype: str, splits: SplitSpec,
@@ -178,9 +184,7 @@ def _plan_uneven(collective: Collective, sizes: list[int], world_size: int, dtyp
         notes.append(f"{where}: {splits.text} splits; a size is the largest per-rank byte count")
     if skipped:
         notes.append(f"{where}: skipped sizes too small for {splits.text}: {', '.join(skipped)}")
-    if refused:
-        notes.append(f"{where}: refused by --max-memory {format_size(max_memory or 0)} of buffers per "
-                     f"rank: {', '.join(refused)}")
+    notes.extend(_refusal_notes(where, max_memory, refused))
     return planned, notes
 
 
