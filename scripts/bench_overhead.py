@@ -107,5 +107,6 @@ def main() -> None:
         print(f"{name:<22}{size:>10}{raw * 1e6:>10.1f}{ratio:>15.3f}{control:>8.3f}{target:>8.2f}"
               f" {verdict}")
 
+
 if __name__ == "__main__":
     main()

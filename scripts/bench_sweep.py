@@ -72,5 +72,6 @@ def main() -> None:
     print(f"medians within each other's interval at {agreeing} of {judged} sizes with an interval on both"
           f" sides (an interval needs {MIN_SAMPLES_FOR_CI} samples)")
 
+
 if __name__ == "__main__":
     main()

@@ -10,6 +10,13 @@ from typing import Any
 from commbench.launch import run_on_local_ranks
 
 ROOT = Path(__file__).resolve().parent.parent
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcherless_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without a launcher's variables (a test may be run under one), plus ``env``."""
+    clean = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
+    return {**clean, **(env or {})}
 
 
 def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0) -> list[Any]:
@@ -23,20 +30,15 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0)
 def commbench(*args: str, timeout: float = 240.0, env: dict[str, str] | None = None,
               cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real CLI, as a user would, in a separate process."""
-    full_env = {**os.environ, **(env or {})}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        if env is None or name not in env:
-            full_env.pop(name, None)
     return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+                          timeout=timeout, env=launcherless_env(env), cwd=cwd or ROOT,
+                          stdin=subprocess.DEVNULL)
 
 
 def torchrun(nproc: int, *args: str, timeout: float = 240.0, cwd: Path | None = None
              ) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node N -m commbench ARGS`."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                str(nproc), "-m", "commbench", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=launcherless_env(), cwd=cwd or ROOT, stdin=subprocess.DEVNULL)

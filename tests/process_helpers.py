@@ -2,23 +2,18 @@
 anything it started is still alive (Linux /proc)."""
 
 import csv
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.dist_helpers import ROOT
-
-LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+from tests.dist_helpers import ROOT, launcherless_env
 
 
 def start_commbench(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """The real CLI in the background, without a launcher's variables unless ``env`` gives them."""
-    full_env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
-    full_env.update(env or {})
     return subprocess.Popen([sys.executable, "-m", "commbench", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True, env=launcherless_env(env), cwd=ROOT,
                             stdin=subprocess.DEVNULL)
 
 

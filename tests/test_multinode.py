@@ -6,23 +6,20 @@ but need privileges (CAP_NET_ADMIN, or unprivileged user namespaces) that CI run
 """
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from commbench.launch import free_port
-from tests.dist_helpers import ROOT
-from tests.process_helpers import LAUNCH_VARIABLES
+from tests.dist_helpers import ROOT, launcherless_env
 
 
 def _two_agents(rendezvous: list[str], args: list[str], tmp_path) -> list[dict]:
     """Run both agents to the end; the payload of the one JSON file written (by global rank 0)."""
     procs = []
     for node in (0, 1):
-        env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
-        env["COMMBENCH_HOSTNAME"] = f"node-{node}"
+        env = launcherless_env({"COMMBENCH_HOSTNAME": f"node-{node}"})
         command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
                    *(part.format(node=node) for part in rendezvous), "-m", "commbench", *args,
                    "--output-dir", str(tmp_path / f"out-{node}")]

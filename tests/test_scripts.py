@@ -5,21 +5,19 @@ print (every row present, ratios positive and finite), never a time or a ratio's
 """
 
 import math
-import os
 import re
 import subprocess
 import sys
 
-from tests.dist_helpers import ROOT
+from tests.dist_helpers import ROOT, launcherless_env
 
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 
 
 def run_script(name: str, *args: str, timeout: float = 240) -> str:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+                          text=True, timeout=timeout, cwd=ROOT, env=launcherless_env(),
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     return done.stdout
@@ -39,7 +37,8 @@ def test_bench_overhead_prints_a_ratio_and_a_control_per_collective_and_size():
         (name, size) for name in ("reduce_scatter_base", "all_reduce")
         for size in (1024, 65536, 4194304)}
     for _, size, raw, ratio, control, target, verdict in rows:
-        positive(raw), positive(control)
+        positive(raw)
+        positive(control)
         ratio_value, target_value = positive(ratio), float(target)
         assert target_value == (1.05 if int(size) < 65536 else 1.02)
         assert (verdict == "ok") == (ratio_value <= target_value)
