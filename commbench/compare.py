@@ -187,6 +187,9 @@ def compare_command(paths: list[str], fail_above: float | None, significance_lev
     if fail_above is not None and fail_above < 0:
         raise UsageError(f"--fail-above {fail_above:g} must not be negative")
     runs = [load_run(path) for path in paths]  # every file is read before anything is printed
+    from commbench.fabric.hooks import refuse_fabric_against_sweep
+
+    refuse_fabric_against_sweep(runs)
     console = make_console()
 
     def say(text: str) -> None:

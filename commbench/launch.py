@@ -443,6 +443,9 @@ class RecordingOutput:
     def working(self, text: str) -> None:
         self.reporter.working(text)
 
+    def section(self, name: str, payload: dict) -> None:
+        self.writer.set_section(name, payload)
+
 
 def result_paths(config: RunConfig, run_id: str) -> tuple[Path, Path]:
     run_dir = Path(config.output_dir) / run_id
@@ -512,7 +515,7 @@ def run_rank(configs: list[Any], info: RankInfo, environ: Mapping[str, str],
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        rows = work(configs, backend, output, Session(membership, stops.requested))
+        rows = work(configs, backend, output, Session(membership, stops.requested, tuple(hostnames)))
         backend.barrier()
     except BaseException as exc:
         if reporter is not None:

@@ -156,7 +156,9 @@ def build_report(runs: list[SavedRun]) -> str:
 def report_command(paths: list[str], output: str) -> None:
     require_matplotlib()
     runs = [load_run(path) for path in paths]
-    page = build_report(runs)
+    from commbench.fabric.hooks import fabric_report_page  # fabric results get their own page
+
+    page = fabric_report_page(runs) or build_report(runs)
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")

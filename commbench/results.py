@@ -80,6 +80,13 @@ class Row:
     compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
     benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
     root: int = -1  # root rank of a rooted collective, -1 for the others (nccl-tests' convention)
+    # Fabric rows (commbench fabric): one direction of one pair of ranks, or one node's all_reduce.
+    src_rank: int | None = None  # the sending rank (ping_pong: the one that sends first)
+    dst_rank: int | None = None  # the receiving rank
+    host: str = ""  # the host an intra-node all_reduce row measured
+    # Soak (--duration) and fabric: when the row was measured. Older files load with None and 0.
+    elapsed_s: float | None = None  # seconds from the start of the run (the soak) to this row
+    repeat: int = 0  # the soak's pass that measured the row, from 0
 
     def __post_init__(self) -> None:
         if not self.group_size:
@@ -120,7 +127,8 @@ def default_placement(collective: str) -> str:
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
               "group_size", "group_layout", "placement",
-              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide")
+              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide",
+              "src_rank", "dst_rank", "host")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
@@ -185,6 +193,7 @@ class ResultWriter:
         self.json_path = json_path
         self.rows: list[Row] = []
         self.fits: list[dict[str, Any]] = []
+        self.sections: dict[str, Any] = {}  # named parts beside the rows (fabric's matrices, suspects)
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
         self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
@@ -205,6 +214,11 @@ class ResultWriter:
         self.fits.extend(fits)
         self._write_json()
 
+    def set_section(self, name: str, payload: dict[str, Any]) -> None:
+        """Write ``payload`` as the top-level key ``name`` of the JSON, replacing an earlier one."""
+        self.sections[name] = payload
+        self._write_json()
+
     def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
         self.meta.status = status
         self.meta.finished_at = finished_at
@@ -218,6 +232,7 @@ class ResultWriter:
             "meta": asdict(self.meta),
             "rows": [asdict(row) for row in self.rows],
             "fits": self.fits,
+            **self.sections,
         })
 
 

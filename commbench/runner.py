@@ -53,6 +53,9 @@ class Output(Protocol):
     def working(self, text: str) -> None:
         """Measuring the point described by ``text`` now."""
 
+    def section(self, name: str, payload: dict) -> None:
+        """A named part of results.json beside the rows (fabric: matrices and suspects)."""
+
 
 class NullOutput:
     def note(self, text: str) -> None:
@@ -68,6 +71,9 @@ class NullOutput:
         pass
 
     def group_done(self, rows: list[Row]) -> None:
+        pass
+
+    def section(self, name: str, payload: dict) -> None:
         pass
 
 
@@ -243,6 +249,7 @@ class Session:
 
     membership: Membership
     stop_requested: Callable[[], int] = _no_stop
+    hostnames: tuple[str, ...] = ()  # every rank's host name, by rank (fabric groups ranks by host)
 
 
 def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,

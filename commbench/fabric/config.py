@@ -1,0 +1,106 @@
+"""`commbench fabric`'s configuration, and what can be checked of it before measuring.
+
+resolve_fabric checks what needs no world (values, combinations) before anything starts;
+check_fabric_world what needs the world size, and memory_problem whether a rank's buffers fit. Each
+problem is one UsageError (exit status 2).
+"""
+
+from dataclasses import dataclass, field, replace
+
+from commbench.config import resolve_backend_and_device
+from commbench.errors import UsageError
+from commbench.fabric.schedule import check_sample
+from commbench.sizes import format_size
+
+KIND = "fabric"  # Row.pattern of every fabric row; how plot, report and compare recognise a fabric run
+DEFAULT_SIZE = 64 * 2**20
+DEFAULT_LATENCY_SIZE = 8
+DEFAULT_SLOW_FACTOR = 2.0
+
+
+@dataclass
+class FabricConfig:
+    """One `commbench fabric` run; the launch fields (backend ... argv) are those of every command."""
+
+    size: int = DEFAULT_SIZE  # bytes per message of the bandwidth measurement
+    latency_size: int = DEFAULT_LATENCY_SIZE  # bytes per message of the ping-pong
+    iters: int = 10  # timed messages per direction and measurement
+    warmup: int = 2
+    serial: bool = False  # one pair at a time instead of a round's pairs at once
+    sample: int | None = None  # --sample K: K peers per rank instead of every pair
+    duration_s: float | None = None  # soak: repeat passes until this many seconds have passed
+    slow_factor: float = DEFAULT_SLOW_FACTOR  # the outlier rule's minimum gap (see outliers.py)
+    fail_on_outlier: bool = False
+    backend: str | None = None
+    device: str | None = None
+    nproc: int = 2
+    timeout_s: float = 300.0
+    output_dir: str = "results"
+    csv_path: str | None = None
+    json_path: str | None = None
+    quiet: bool = False
+    argv: list[str] = field(default_factory=list)
+    kind: str = KIND
+
+
+def resolve_fabric(config: FabricConfig) -> FabricConfig:
+    """A validated copy with backend and device filled in; UsageError on the first problem."""
+    for flag, value, minimum in (("--size", config.size, 1), ("--latency-size", config.latency_size, 1),
+                                 ("--iters", config.iters, 1), ("--warmup", config.warmup, 0),
+                                 ("--nproc", config.nproc, 1)):
+        if value < minimum:
+            raise UsageError(f"{flag} {value} must be at least {minimum}")
+    if config.sample is not None and config.sample < 1:
+        raise UsageError(f"--sample {config.sample} must be at least 1")
+    if not config.slow_factor > 1:
+        raise UsageError(f"--slow-factor {config.slow_factor:g} must be above 1 (2: half the median "
+                         "bandwidth or twice the median latency)")
+    if config.timeout_s <= 0:
+        raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
+    backend, device = resolve_backend_and_device(config.backend, config.device)
+    return replace(config, backend=backend, device=device)
+
+
+def check_fabric_world(config: FabricConfig, world_size: int) -> None:
+    """What the world size decides: a pair needs two ranks, and --sample K needs K peers."""
+    if world_size < 2:
+        raise UsageError(f"fabric measures pairs of ranks: a world of {world_size} rank has none "
+                         "(--nproc 2 or more, or launch more ranks)")
+    if config.sample is not None:
+        check_sample(config.sample, world_size)
+
+
+def buffer_bytes(config: FabricConfig) -> int:
+    """Bytes a rank allocates: a send and a receive buffer for each of the two message sizes."""
+    return 2 * (config.size + config.latency_size)
+
+
+def available_host_bytes() -> int | None:
+    """The memory the kernel says new allocations can get (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_problem(config: FabricConfig, ranks_sharing: int, available: int | None) -> str | None:
+    """Why ``ranks_sharing`` ranks' buffers do not fit in ``available`` bytes, or None when they do."""
+    needed = buffer_bytes(config) * ranks_sharing
+    if available is None or needed <= available:
+        return None
+    who = "a rank" if ranks_sharing == 1 else f"{ranks_sharing} ranks"
+    return (f"--size {format_size(config.size)} does not fit in memory: {who} need "
+            f"{approximate_size(needed)} of buffers (a send and a receive buffer each) and "
+            f"{approximate_size(available)} is free")
+
+
+def approximate_size(num_bytes: int) -> str:
+    """'12.3 GiB', '640.0 MiB', '512 B': for messages about memory."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"

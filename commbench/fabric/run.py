@@ -1,0 +1,106 @@
+"""`commbench fabric` on the ranks: set up once, measure pass after pass, conclude, and exit accordingly.
+
+Every rank measures, gathers every other rank's times and draws the same conclusions from the same
+rows, so each knows the exit status; rank 0 alone prints and writes. The `fabric` part of results.json
+is rewritten after every pass, so an interrupted soak leaves the analysis of the passes it finished.
+"""
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+from commbench.backends.base import Backend
+from commbench.console import make_console
+from commbench.errors import UsageError
+from commbench.fabric.analysis import FabricAnalysis, analyse
+from commbench.fabric.config import (
+    KIND,
+    FabricConfig,
+    available_host_bytes,
+    check_fabric_world,
+    memory_problem,
+)
+from commbench.fabric.measure import FabricContext, allocate_buffers, measure_pass, node_groups
+from commbench.fabric.schedule import make_schedule
+from commbench.fabric.tables import print_fabric
+from commbench.results import Row
+from commbench.runner import Output, Session
+from commbench.sizes import format_size
+from commbench.soak import repeat_until
+
+
+@dataclass
+class Outcome:
+    """What this rank concluded: the suspects' names (the launch glue turns them into an exit status)."""
+
+    suspects: list[str] = field(default_factory=list)
+
+
+def _summary(ctx: FabricContext) -> str:
+    config, hosts = ctx.config, len(set(ctx.hostnames))
+    soak = f"; soak of {config.duration_s:g} s" if config.duration_s else ""
+    return (f"fabric: {ctx.schedule.describe(config.serial)} on {hosts} host{'s' if hosts > 1 else ''}; "
+            f"bandwidth at {format_size(config.size)}, latency at {format_size(config.latency_size)}, "
+            f"{config.warmup} warm-up and {config.iters} timed messages per direction{soak}")
+
+
+def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, session: Session,
+               outcome: Outcome | None = None) -> list[Row]:
+    """The work launch runs on every rank (commbench.launch.Work); every row, stamped."""
+    (config,) = configs
+    hostnames = list(session.hostnames)
+    check_fabric_world(config, backend.world_size)
+    buffers = allocate_buffers(backend, config, hostnames)
+    schedule = make_schedule(hostnames, config.sample)
+    ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
+                        session.stop_requested)
+    output.note(_summary(ctx))
+    if config.duration_s is None:
+        output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
+
+    def publish(rows: list[Row]) -> None:
+        if backend.rank == 0:
+            output.section(KIND, analyse(rows, hostnames, config.slow_factor).to_dict())
+
+    rows = repeat_until(config.duration_s, partial(measure_pass, ctx), output, backend, after_pass=publish)
+    analysis = analyse(rows, hostnames, config.slow_factor)
+    if outcome is not None:
+        outcome.suspects = [suspect.name for suspect in analysis.suspects]
+    if backend.rank == 0:
+        _conclude(config, analysis)
+    return rows
+
+
+def _conclude(config: FabricConfig, analysis: FabricAnalysis) -> None:
+    print_fabric(make_console(config.quiet), analysis, format_size(config.size),
+                 format_size(config.latency_size))
+    if config.fail_on_outlier and analysis.suspects:
+        names = ", ".join(suspect.name for suspect in analysis.suspects)
+        print(f"commbench: fabric: {len(analysis.suspects)} suspects (--fail-on-outlier): {names}",
+              file=sys.stderr)
+
+
+def check_before_spawning(config: FabricConfig) -> None:
+    """What the spawner can check of a world of --nproc local ranks before starting them."""
+    check_fabric_world(config, config.nproc)
+    if config.device == "cpu":
+        problem = memory_problem(config, config.nproc, available_host_bytes())
+        if problem is not None:
+            raise UsageError(problem)
+
+
+def launch_fabric(config: FabricConfig, environ: Mapping[str, str] | None = None) -> int:
+    """The launch glue, the one place fabric meets commbench.launch: check what can be checked, run
+    run_fabric on the ranks (spawned, or this one of a launched job), and exit 1 when --fail-on-outlier
+    is set and the ranks named suspects."""
+    import os
+
+    from commbench import launch
+
+    environ = os.environ if environ is None else environ
+    if launch.detect(environ, config.backend) is None:  # no launcher: the world will be --nproc ranks
+        check_before_spawning(config)
+    outcome = Outcome()
+    status = launch.launch([config], environ, work=partial(run_fabric, outcome=outcome))
+    return 1 if status == 0 and config.fail_on_outlier and outcome.suspects else status
