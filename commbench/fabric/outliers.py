@@ -64,7 +64,7 @@ def is_slow(value: float, median: float, log_sigma: float, metric: Metric, facto
     distance = _log(value) - _log(median)
     if metric.higher_is_better:
         distance = -distance
-    return distance >= max(SIGMAS * log_sigma, math.log(factor))
+    return distance >= max(SIGMAS * log_sigma, math.log(factor)) - 1e-12  # exactly F x off counts
 
 
 def relative(value: float, median: float) -> float:
@@ -114,7 +114,9 @@ def judge(values: Values, hostnames: list[str], metric: Metric, factor: float, e
             continue
         median, sigma = robust_spread(peers or [value for _, value in members])
         for (src, dst), value in members:
-            slow = len(peers) >= MIN_JUDGED and is_slow(value, median, sigma, metric, factor)
+            # what a named host or rank explains is already blamed: any unexplained peer is reference enough
+            enough = len(peers) >= (1 if explained.intersection((src, dst)) else MIN_JUDGED)
+            slow = enough and is_slow(value, median, sigma, metric, factor)
             judged.append(Judged(src, dst, metric, value, median, name, slow))
     return judged
 
@@ -143,7 +145,7 @@ def _add(suspects: dict[str, Suspect], suspect: Suspect, sentence: str) -> None:
 
 def _sentence(owner: str, mine: list[Judged], reference: float, peers: str) -> tuple[str, float]:
     """'host h3: its 8 inter-node transfers at a median 0.026 GB/s, 0.10x the median of the other
-    hosts (0.270 GB/s); 8 of 8 slow' and the ratio."""
+    hosts (0.270 GB/s); 8 of 8 are outliers on their own' and the ratio."""
     metric = mine[0].metric
     score = statistics.median(item.value for item in mine)
     ratio = relative(score, reference)
@@ -151,7 +153,7 @@ def _sentence(owner: str, mine: list[Judged], reference: float, peers: str) -> t
     slow = sum(item.slow for item in mine)
     return (f"{owner}: its {len(mine)} {mine[0].pair_class} {noun} at a median {score:.{metric.digits}f} "
             f"{metric.unit}, {ratio:.2f}x the median of {peers} ({reference:.{metric.digits}f} "
-            f"{metric.unit}); {slow} of {len(mine)} slow", as_bandwidth(ratio, metric))
+            f"{metric.unit}); {slow} of {len(mine)} are outliers on their own", as_bandwidth(ratio, metric))
 
 
 def _touching(judged: list[Judged], ranks: set[int], pair_class_name: str) -> list[Judged]:

@@ -1,0 +1,169 @@
+"""`commbench fabric` through the real CLI on local ranks: the matrix and verdict on the console, the
+JSON's matrix, rows and suspects, --serial and --sample, a soak (finished and interrupted), plot,
+report and compare on its result, and bad input."""
+
+import json
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from commbench.fabric.analysis import analyse
+from commbench.launch import free_port
+from commbench.results import load_run
+from tests.dist_helpers import commbench
+from tests.process_helpers import csv_rows, start_commbench, wait_for_rows
+
+pytestmark = pytest.mark.processes
+
+
+@dataclass
+class FabricRun:
+    json: Path
+    csv: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def payload(self) -> dict:
+        return json.loads(self.json.read_text())
+
+
+def _fabric(where: Path, *args: str) -> FabricRun:
+    json_path, csv_path = where / "fabric.json", where / "fabric.csv"
+    result = commbench("fabric", *args, "--json", str(json_path), "--csv", str(csv_path), "--timeout", "60")
+    return FabricRun(json_path, csv_path, result.returncode, result.stdout, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> FabricRun:
+    run = _fabric(tmp_path_factory.mktemp("four"), "--nproc", "4", "--size", "256K", "--iters", "5")
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+def test_four_local_ranks_print_both_matrices_and_a_verdict(four_ranks):
+    out = four_ranks.stdout
+    assert "world size 4" in out
+    assert "6 pairs of 4 ranks in 3 rounds (circle schedule)" in out
+    for title in ("bandwidth GB/s, 256 KiB messages", "latency µs, half a 8 B round trip"):
+        assert title in out
+    assert "all_reduce within each node" in out
+    assert out.count("verdict: ") == 1 and out.index("verdict: ") > out.index("latency µs")
+
+
+def test_the_json_holds_the_matrices_every_pair_both_ways_and_the_suspects(four_ranks):
+    payload = four_ranks.payload()
+    fabric = payload["fabric"]
+    matrix = fabric["bandwidth_gbps"]
+    assert len(matrix) == 4 and all(len(line) == 4 for line in matrix)
+    for src in range(4):
+        for dst in range(4):
+            assert (matrix[src][dst] is None) == (src == dst)
+            assert src == dst or matrix[src][dst] > 0 and fabric["latency_us"][src][dst] > 0
+    assert isinstance(fabric["suspects"], list) and isinstance(fabric["drain"], list)
+    assert fabric["verdict"][0].startswith("verdict: ")
+    rows = payload["rows"]
+    for collective in ("p2p_uni", "ping_pong"):
+        directions = sorted((row["src_rank"], row["dst_rank"]) for row in rows
+                            if row["collective"] == collective)
+        assert directions == [(a, b) for a in range(4) for b in range(4) if a != b]
+    assert [row["group_layout"] for row in rows if row["collective"] == "all_reduce"] == ["intra-node"]
+    assert all(row["pattern"] == "fabric" and row["repeat"] == 0 and row["elapsed_s"] is not None
+               for row in rows)
+    assert len(csv_rows(four_ranks.csv)) == len(rows)
+
+
+def test_the_saved_verdict_is_what_the_saved_rows_say(four_ranks):
+    run = load_run(four_ranks.json)
+    analysis = analyse(run.rows, run.meta["hostnames"], run.meta["config"]["slow_factor"])
+    assert analysis.to_dict()["verdict"] == four_ranks.payload()["fabric"]["verdict"]
+    assert analysis.matrices.bandwidth_gbps == four_ranks.payload()["fabric"]["bandwidth_gbps"]
+
+
+def test_plot_draws_the_heatmaps_of_a_fabric_result(four_ranks, tmp_path):
+    image = tmp_path / "fabric.png"
+    result = commbench("plot", str(four_ranks.json), "--output", str(image))
+    assert result.returncode == 0, result.stderr
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_shows_the_heatmaps_tables_and_verdict(four_ranks, tmp_path):
+    page = tmp_path / "fabric.html"
+    result = commbench("report", str(four_ranks.json), "--output", str(page))
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    assert "commbench fabric report" in html and "data:image/png;base64," in html
+    assert "verdict: " in html and "bandwidth GB/s" in html
+
+
+def test_compare_refuses_a_fabric_result_against_a_sweep(four_ranks, two_runs):
+    result = commbench("compare", str(two_runs[0].json), str(four_ranks.json))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "is a fabric result" in result.stderr
+    same = commbench("compare", str(four_ranks.json), str(four_ranks.json))
+    assert same.returncode == 0, same.stderr
+
+
+def test_serial_sampled_rounds_measure_k_peers_per_rank(tmp_path):
+    run = _fabric(tmp_path, "--nproc", "4", "--serial", "--sample", "2", "--size", "64K", "--iters", "3")
+    assert run.returncode == 0, run.stderr
+    assert "4 pairs of 4 ranks in 2 sampled rounds (--sample 2), one pair at a time (--serial)" in run.stdout
+    rows = [row for row in run.payload()["rows"] if row["collective"] == "p2p_uni"]
+    assert len(rows) == 8 and {row["phase"] for row in rows} == {"serial"}
+    peers = {rank: {row["dst_rank"] for row in rows if row["src_rank"] == rank} for rank in range(4)}
+    assert all(len(found) == 2 for found in peers.values())
+    matrix = run.payload()["fabric"]["bandwidth_gbps"]
+    assert sum(value is None for line in matrix for value in line) == 4 + 4  # the diagonal and 2 pairs
+
+
+def test_a_soak_repeats_passes_until_its_duration_and_reports_drift(tmp_path):
+    run = _fabric(tmp_path, "--nproc", "2", "--duration", "2s", "--size", "64K", "--iters", "3")
+    assert run.returncode == 0, run.stderr
+    payload = run.payload()
+    passes = payload["fabric"]["passes"]
+    assert len(passes) >= 2 and "drift: median bandwidth per pass" in run.stdout
+    rows = payload["rows"]
+    assert sorted({row["repeat"] for row in rows}) == list(range(len(passes)))
+    elapsed = [row["elapsed_s"] for row in rows]
+    assert elapsed == sorted(elapsed)
+
+
+def test_interrupting_a_soak_keeps_every_row_and_the_analysis(tmp_path):
+    json_path, csv_path = tmp_path / "soak.json", tmp_path / "soak.csv"
+    proc = start_commbench("fabric", "--nproc", "3", "--duration", "10m", "--size", "64K", "--iters", "3",
+                           "--json", str(json_path), "--csv", str(csv_path))
+    per_pass = 3 * 4 + 1  # 3 pairs both ways, bandwidth and latency; the node's all_reduce
+    wait_for_rows(csv_path, per_pass + 1, proc)  # into the second pass
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, stderr
+    payload = json.loads(json_path.read_text())
+    assert payload["meta"]["status"] == "interrupted"
+    assert len(payload["rows"]) == len(csv_rows(csv_path)) > per_pass
+    assert max(row["repeat"] for row in payload["rows"]) >= 1
+    assert payload["fabric"]["passes"]  # the analysis of the passes it finished
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nproc", "1"], "a world of 1 rank has none"),
+    (["--nproc", "3", "--sample", "3"], "--sample 3 is more than the 2 peers each rank has"),
+    (["--nproc", "2", "--size", "1T"], "--size 1024 GiB does not fit in memory"),
+    (["--size", "lots"], "malformed size 'lots'"),
+    (["--duration", "ten"], "--duration 'ten'"),
+    (["--slow-factor", "1"], "--slow-factor 1 must be above 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = commbench("fabric", *args)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("commbench: error:")
+    assert message in result.stderr and result.stdout == ""
+
+
+def test_a_launched_world_of_one_rank_is_bad_input():
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    result = commbench("fabric", "--size", "4K", "--output-dir", "/tmp/commbench-test-fabric-one", env=env)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "a world of 1 rank has none" in result.stderr
