@@ -320,6 +320,8 @@ def fsdp(ctx: click.Context, buckets: str, **options) -> int:
               help="Pair each rank with K peers (K rounds, covering every host) instead of every rank.")
 @click.option("--duration", default=None, help="Soak: repeat the measurement until this much time (90s, 10m, "
                                                "2h) has passed; spikes and drift are reported.")
+@click.option("--repeat", "passes", type=int, default=None, metavar="N",
+              help="Soak: measure N times (with --duration: at most N times).")
 @click.option("--slow-factor", type=float, default=2.0, show_default=True,
               help="A pair is an outlier only when this many times off its class's median.")
 @click.option("--fail-on-outlier", is_flag=True, help="Exit 1 when a host, rank or link is named.")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.dist_helpers import ROOT, commbench
+from tests.netns import netns_cluster  # noqa: F401 - the test-hosts fixture, for every test module
 
 SWEEP = ROOT / "tests" / "data" / "two_benchmarks.yaml"
 ITERS = "30"  # overrides the file's 5 and 7: enough samples per row for the rank test

@@ -165,3 +165,50 @@ def test_drift_compares_the_first_pass_with_the_last():
     line = drift_line(pass_medians(rows))
     assert line is not None and "10.000 -> 8.000 GB/s over 3 passes (-20.0%" in line
     assert drift_line(pass_medians(rows[:1])) is None
+
+
+def _pass(hostnames: list[str], slow: dict[tuple[int, int], float], phase: str = "concurrent") -> list[Row]:
+    generator = random.Random(3)
+    rows = []
+    for src in range(len(hostnames)):
+        for dst in set(range(len(hostnames))) - {src}:
+            rows.append(_row(src, dst, 10.0 * 1.1 ** generator.uniform(-1, 1) * slow.get((src, dst), 1.0), 0))
+            rows[-1].phase = phase
+    return rows
+
+
+def test_a_link_slow_once_is_rechecked_and_counts_only_if_slow_again():
+    hostnames = _hosts(4, 1)
+    first = _pass(hostnames, {(1, 2): 0.1})
+    assert analyse(first, hostnames, 2.0).recheck_pairs() == [(1, 2)]
+
+    def recheck(slow: dict[tuple[int, int], float]) -> list[Row]:
+        return [row for row in _pass(hostnames, slow, "recheck") if {row.src_rank, row.dst_rank} == {1, 2}]
+
+    assert analyse(first + recheck({}), hostnames, 2.0).suspects == []
+    confirmed = analyse(first + recheck({(1, 2): 0.1}), hostnames, 2.0)
+    assert [suspect.name for suspect in confirmed.suspects] == ["1-2 (h1-h2)"]
+
+
+def test_a_slow_host_is_not_rechecked_pair_by_pair():
+    hostnames = _hosts(5, 1)
+    rows = _pass(hostnames, {(src, dst): 0.1 for src in range(5) for dst in range(5) if 3 in (src, dst)})
+    analysis = analyse(rows, hostnames, 2.0)
+    assert [suspect.name for suspect in analysis.suspects] == ["h3"] and analysis.recheck_pairs() == []
+
+
+def _node_row(host: str, busbw: float, phase: str = "concurrent") -> Row:
+    row = _row(0, 1, busbw, 0)
+    row.collective, row.src_rank, row.dst_rank, row.busbw_gbps = "all_reduce", None, None, busbw
+    row.group_layout, row.host, row.group_size, row.phase = "intra-node", host, 2, phase
+    return row
+
+
+def test_a_host_named_on_its_one_all_reduce_is_rechecked_and_cleared_by_a_better_one():
+    hostnames = _hosts(4, 2)
+    rows = _pass(hostnames, {}) + [_node_row(f"h{index}", 3.0 if index == 2 else 9.0) for index in range(4)]
+    first = analyse(rows, hostnames, 2.0)
+    assert [suspect.name for suspect in first.suspects] == ["h2"] and first.recheck_nodes()
+    assert first.suspects[0].to_dict()["single_measurement"] is True
+    again = rows + [_node_row(f"h{index}", 8.5, "recheck") for index in range(4)]
+    assert analyse(again, hostnames, 2.0).suspects == []

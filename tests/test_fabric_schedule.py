@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from commbench.errors import UsageError
-from commbench.fabric.schedule import check_sample, circle_rounds, make_schedule, sample_rounds
+from commbench.fabric.schedule import check_sample, circle_rounds, make_schedule, pack_rounds, sample_rounds
 
 
 @pytest.mark.parametrize("world_size", range(2, 18))
@@ -86,3 +86,14 @@ def test_the_schedule_describes_its_cost():
     assert schedule.pair_count == 6 and len(schedule.rounds) == 3
     assert "6 pairs of 4 ranks in 3 rounds" in schedule.describe(serial=False)
     assert "one pair at a time" in schedule.describe(serial=True)
+
+
+def test_rechecked_pairs_pack_into_rounds_of_disjoint_pairs():
+    pairs = [(0, 1), (0, 2), (1, 2), (3, 4), (0, 1), (2, 5)]
+    rounds = pack_rounds(pairs)
+    assert sorted(pair for one in rounds for pair in one.pairs) == sorted(set(pairs))
+    for one in rounds:
+        ranks = [rank for pair in one.pairs for rank in pair]
+        assert len(ranks) == len(set(ranks))
+    assert len(rounds) == 3  # 0-1, 0-2 and 1-2 share ranks pairwise: three rounds at least
+    assert pack_rounds(list(reversed(pairs))) == rounds

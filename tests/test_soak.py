@@ -40,7 +40,7 @@ class _Collect(NullOutput):
         self.rows.append(row)
 
 
-def _soak(rank: int, world_size: int, duration_s: float | None) -> dict:
+def _soak(rank: int, world_size: int, duration_s: float | None, passes: int | None = None) -> dict:
     backend = TorchDistBackend("gloo", torch.device("cpu"))
     output = _Collect()
     seen_after: list[int] = []
@@ -52,7 +52,7 @@ def _soak(rank: int, world_size: int, duration_s: float | None) -> dict:
         out.row(_row(rank))
 
     stamped = repeat_until(duration_s, one_pass, output, backend,
-                           after_pass=lambda rows: seen_after.append(len(rows)))
+                           after_pass=lambda rows: seen_after.append(len(rows)), passes=passes)
     return {"stamped": [(row.repeat, row.elapsed_s) for row in stamped],
             "inner": [(row.repeat, row.elapsed_s) for row in output.rows], "after": seen_after}
 
@@ -76,3 +76,10 @@ def test_without_a_duration_there_is_one_pass():
     results = run_ranks(_soak, 2, None)
     assert [result["after"] for result in results] == [[2], [2]]
     assert all(repeat == 0 for result in results for repeat, _ in result["stamped"])
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("duration_s", [None, 3600.0])
+def test_a_number_of_passes_stops_the_soak_at_that_many(duration_s):
+    results = run_ranks(_soak, 2, duration_s, 3)
+    assert [result["after"] for result in results] == [[2, 4, 6], [2, 4, 6]]

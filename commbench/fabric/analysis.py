@@ -75,6 +75,15 @@ class FabricAnalysis:
                 parts.append(f"{name} {metric.name} median {value:.{metric.digits}f} {metric.unit}")
         return "; ".join(parts)
 
+    def recheck_pairs(self) -> list[tuple[int, int]]:
+        """The pairs (lower rank first) of the links named: suspects that rest on one measurement."""
+        return sorted({(min(suspect.ranks), max(suspect.ranks)) for suspect in self.suspects
+                       if suspect.kind == "link" and suspect.single})
+
+    def recheck_nodes(self) -> bool:
+        """Whether a host is named on its intra-node all_reduce alone (one measurement)."""
+        return any(suspect.kind == "host" and suspect.single for suspect in self.suspects)
+
     def drift(self) -> str | None:
         return drift_line(self.passes)
 

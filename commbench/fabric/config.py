@@ -29,6 +29,7 @@ class FabricConfig:
     serial: bool = False  # one pair at a time instead of a round's pairs at once
     sample: int | None = None  # --sample K: K peers per rank instead of every pair
     duration_s: float | None = None  # soak: repeat passes until this many seconds have passed
+    passes: int | None = None  # soak: at most this many passes (alone: exactly this many)
     slow_factor: float = DEFAULT_SLOW_FACTOR  # the outlier rule's minimum gap (see outliers.py)
     fail_on_outlier: bool = False
     backend: str | None = None
@@ -50,6 +51,8 @@ def resolve_fabric(config: FabricConfig) -> FabricConfig:
                                  ("--nproc", config.nproc, 1)):
         if value < minimum:
             raise UsageError(f"{flag} {value} must be at least {minimum}")
+    if config.passes is not None and config.passes < 1:
+        raise UsageError(f"--repeat {config.passes} must be at least 1")
     if config.sample is not None and config.sample < 1:
         raise UsageError(f"--sample {config.sample} must be at least 1")
     if not config.slow_factor > 1:

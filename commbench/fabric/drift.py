@@ -10,7 +10,13 @@ Drift: per pass, the median bandwidth over all pairs; its change from the first 
 import statistics
 from dataclasses import dataclass
 
-from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, LATENCY_COLLECTIVE, pair_series, row_value
+from commbench.fabric.matrices import (
+    BANDWIDTH_COLLECTIVE,
+    LATENCY_COLLECTIVE,
+    pair_series,
+    pass_values,
+    row_value,
+)
 from commbench.fabric.outliers import (
     BANDWIDTH,
     LATENCY,
@@ -54,7 +60,8 @@ def find_spikes(rows: list[Row], factor: float) -> list[Spike]:
     """Every pair direction with at least one spike, the worst first."""
     spikes = []
     for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY)):
-        for (src, dst), series in sorted(pair_series(rows, collective).items()):
+        for (src, dst), measured in sorted(pair_series(rows, collective).items()):
+            series = pass_values(measured)
             if len(series) < MIN_PASSES:
                 continue
             values = [row_value(row) for row in series]
@@ -81,7 +88,7 @@ def pass_medians(rows: list[Row]) -> list[PassMedian]:
     """Per pass, the median bandwidth over every pair direction measured in it."""
     by_pass: dict[int, list[Row]] = {}
     for series in pair_series(rows, BANDWIDTH_COLLECTIVE).values():
-        for row in series:
+        for row in pass_values(series):
             by_pass.setdefault(row.repeat, []).append(row)
     return [PassMedian(repeat, max((row.elapsed_s for row in found if row.elapsed_s is not None),
                                    default=None), statistics.median(row_value(row) for row in found))

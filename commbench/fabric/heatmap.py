@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from commbench.fabric.analysis import FabricAnalysis
-from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, pair_series, row_value
+from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, pair_series, pass_values, row_value
 from commbench.fabric.outliers import BANDWIDTH, LATENCY, Metric
 from commbench.groups import ranks_by_host
 from commbench.results import Row
@@ -67,7 +67,8 @@ def _matrix_panel(axes: Any, figure: Any, analysis: FabricAnalysis, metric: Metr
 def _drift_panel(axes: Any, rows: list[Row], analysis: FabricAnalysis) -> None:
     spiky = {(spike.src, spike.dst) for spike in analysis.spikes if spike.metric is BANDWIDTH}
     labelled = 0
-    for (src, dst), series in sorted(pair_series(rows, BANDWIDTH_COLLECTIVE).items()):
+    for (src, dst), measured in sorted(pair_series(rows, BANDWIDTH_COLLECTIVE).items()):
+        series = pass_values(measured)
         times = [row.elapsed_s if row.elapsed_s is not None else float(row.repeat) for row in series]
         values = [row_value(row) for row in series]
         if (src, dst) in spiky:

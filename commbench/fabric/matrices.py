@@ -2,10 +2,12 @@
 
 Read from rows only (a live run's or a saved file's), so the console, the JSON, plot and report agree.
 An entry [a][b] is the direction a -> b: for bandwidth a sends and b receives; for latency a leads the
-ping-pong. A rank-pair value is the median over the soak's passes of that pair's per-pass p50 (one pass:
-that p50). A host-pair value is the median over the rank pairs between the two hosts; the diagonal of
-the host matrix is the host's intra-node median (None with one rank on it). Unmeasured entries (the
-diagonal, pairs --sample left out) are None.
+ping-pong. A pair direction's value in a pass is its p50, or, when the pass measured it again (a
+recheck), the better of the two (the higher bandwidth, the lower latency): a slowdown counts only if it
+is there both times. A rank-pair value is the median over the soak's passes of those values. A host-pair
+value is the median over the rank pairs between the two hosts; the diagonal of the host matrix is the
+host's intra-node median (None with one rank on it). Unmeasured entries (the diagonal, pairs --sample
+left out) are None.
 """
 
 import statistics
@@ -17,6 +19,7 @@ from commbench.results import Row
 
 BANDWIDTH_COLLECTIVE = "p2p_uni"
 LATENCY_COLLECTIVE = "ping_pong"
+NODE_COLLECTIVE = "all_reduce"
 INTRA, INTER = "intra-node", "inter-node"
 
 Matrix = list[list[float | None]]
@@ -27,7 +30,7 @@ def fabric_rows(rows: list[Row]) -> list[Row]:
 
 
 def pair_series(rows: list[Row], collective: str) -> dict[tuple[int, int], list[Row]]:
-    """(src, dst) -> that direction's rows of ``collective``, one per pass, in pass order."""
+    """(src, dst) -> that direction's rows of ``collective``, in the order measured."""
     found: dict[tuple[int, int], list[Row]] = {}
     for row in fabric_rows(rows):
         if row.collective == collective and row.src_rank is not None and row.dst_rank is not None:
@@ -36,15 +39,28 @@ def pair_series(rows: list[Row], collective: str) -> dict[tuple[int, int], list[
 
 
 def row_value(row: Row) -> float:
-    """What a row says about its pair: bandwidth in GB/s, latency (half a round trip) in µs."""
+    """What a row says: a pair's bandwidth (GB/s), a group's all_reduce bus bandwidth (GB/s), or a
+    pair's latency (half a round trip, µs)."""
     if row.collective == BANDWIDTH_COLLECTIVE:
         return row.algbw_gbps or 0.0
+    if row.collective == NODE_COLLECTIVE:
+        return row.busbw_gbps or 0.0
     return float(row.time_us_p50 or 0.0)
+
+
+def pass_values(series: list[Row]) -> list[Row]:
+    """One row per pass of one measurement's rows: the better one where the pass has two (a recheck)."""
+    best: dict[int, Row] = {}
+    for row in series:
+        known = best.get(row.repeat)
+        if known is None or (row_value(row) < row_value(known)) == (row.collective == LATENCY_COLLECTIVE):
+            best[row.repeat] = row
+    return [best[repeat] for repeat in sorted(best)]
 
 
 def pair_values(rows: list[Row], collective: str) -> dict[tuple[int, int], float]:
     """(src, dst) -> the median over passes of that direction's value."""
-    return {pair: statistics.median(row_value(row) for row in series)
+    return {pair: statistics.median(row_value(row) for row in pass_values(series))
             for pair, series in pair_series(rows, collective).items()}
 
 
@@ -91,17 +107,18 @@ class NodeResult:
 
 
 def node_results(rows: list[Row]) -> list[NodeResult]:
-    """Each all_reduce group's median over passes."""
+    """Each all_reduce group's median over passes (of each pass's better measurement, as for pairs)."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for row in fabric_rows(rows):
-        if row.collective == "all_reduce":
+        if row.collective == NODE_COLLECTIVE:
             groups.setdefault((row.group_layout, row.host), []).append(row)
     results = []
     for (layout, host), found in groups.items():
-        bandwidths = [row.busbw_gbps for row in found if row.busbw_gbps is not None]
+        best = pass_values(found)
+        bandwidths = [row.busbw_gbps for row in best if row.busbw_gbps is not None]
         results.append(NodeResult(layout, host, found[0].group_size,
                                   statistics.median(bandwidths) if bandwidths else None,
-                                  statistics.median(float(row.time_us_p50 or 0.0) for row in found)))
+                                  statistics.median(float(row.time_us_p50 or 0.0) for row in best)))
     return results
 
 

@@ -192,24 +192,26 @@ def fabric_row(ctx: FabricContext, collective: str, size: int, seconds: list[flo
                busbw_gbps=None if algbw is None else algbw * factor, busbw_factor=factor,
                samples=len(samples_us), time_us_p99=summary.p99, time_us_stdev=summary.stdev,
                time_us_cv=summary.cv, ci95_rel=summary.ci95_rel, samples_us=samples_us, pattern=KIND,
-               phase=ctx.phase, **where)
+               phase=where.pop("phase", ctx.phase), **where)
 
 
-def round_rows(ctx: FabricContext, one: Round, per_rank: list[list[float]]) -> list[Row]:
+def round_rows(ctx: FabricContext, one: Round, per_rank: list[list[float]], phase: str) -> list[Row]:
     """Four rows per pair of the round from every rank's gathered seconds (see time_round)."""
     config = ctx.config
     counts = phase_iters(config)
     starts = [sum(counts[:index]) for index in range(len(counts))]
     rows = []
     for first, second in one.pairs:
-        def phase(index: int, pair: tuple[int, int] = (first, second)) -> list[float]:
+        def seconds(index: int, pair: tuple[int, int] = (first, second)) -> list[float]:
             window = slice(starts[index], starts[index] + counts[index])
             return slowest_rank_per_iteration([per_rank[pair[0]][window], per_rank[pair[1]][window]])
 
-        rows += [fabric_row(ctx, "p2p_uni", config.size, phase(0), src_rank=first, dst_rank=second),
-                 fabric_row(ctx, "p2p_uni", config.size, phase(1), src_rank=second, dst_rank=first)]
-        rows += [fabric_row(ctx, "ping_pong", config.latency_size, [value / 2 for value in phase(index)],
-                            src_rank=leader, dst_rank=follower)
+        rows += [fabric_row(ctx, "p2p_uni", config.size, seconds(0), src_rank=first, dst_rank=second,
+                            phase=phase),
+                 fabric_row(ctx, "p2p_uni", config.size, seconds(1), src_rank=second, dst_rank=first,
+                            phase=phase)]
+        rows += [fabric_row(ctx, "ping_pong", config.latency_size, [value / 2 for value in seconds(index)],
+                            src_rank=leader, dst_rank=follower, phase=phase)
                  for index, leader, follower in ((2, first, second), (3, second, first))]
     return rows
 
@@ -233,8 +235,9 @@ def _check_in(ctx: FabricContext, label: str) -> None:
         raise Terminated(stop)
 
 
-def measure_nodes(ctx: FabricContext) -> list[Row]:
+def measure_nodes(ctx: FabricContext, output: Output, phase: str) -> list[Row]:
     """all_reduce at --size within each node (the nodes at once) and across one rank per node."""
+    _check_in(ctx, f"fabric {phase} all_reduce within and across nodes")
     backend, rows = ctx.backend, []
     tensor = ctx.buffers.reduce_view()
     for layout, members, handle in (("intra-node", ctx.nodes.intra, ctx.nodes.intra_handle),
@@ -254,27 +257,23 @@ def measure_nodes(ctx: FabricContext) -> list[Row]:
                 ctx, "all_reduce", tensor.nbytes, slowest_rank_per_iteration([per_rank[r] for r in ranks]),
                 dtype="float32", op="sum", busbw_factor=2 * (size - 1) / size, group_size=size,
                 group_layout=layout, group_count=len(members),
-                host=ctx.hostnames[ranks[0]] if layout == "intra-node" else ""))
+                host=ctx.hostnames[ranks[0]] if layout == "intra-node" else "", phase=phase))
+            output.row(rows[-1])
     return rows
 
 
-def measure_pass(ctx: FabricContext, output: Output) -> list[Row]:
-    """Every round of the schedule, then the node all_reduces; each row reaches ``output`` as soon as
-    its round is over."""
-    backend, rounds = ctx.backend, ctx.schedule.rounds
-    rows: list[Row] = []
+def measure_rounds(ctx: FabricContext, rounds: tuple[Round, ...], output: Output, phase: str) -> list[Row]:
+    """Every round, its rows reaching ``output`` as soon as the round is over; ``phase`` goes in the
+    rows (concurrent, serial, or recheck)."""
+    backend, rows = ctx.backend, []
     for index, one in enumerate(rounds):
-        label = f"fabric round {index + 1} of {len(rounds)}"
+        label = f"fabric {phase} round {index + 1} of {len(rounds)}"
         _check_in(ctx, label)
         output.working(label)
-        with named_failures(f"round {index + 1} (p2p at {format_size(ctx.config.size)}, ping_pong at "
-                            f"{format_size(ctx.config.latency_size)})", backend.rank):
+        with named_failures(f"{phase} round {index + 1} (p2p at {format_size(ctx.config.size)}, ping_pong "
+                            f"at {format_size(ctx.config.latency_size)})", backend.rank):
             per_rank = backend.all_gather_floats(time_round(ctx, one))
-        for row in round_rows(ctx, one, per_rank):
+        for row in round_rows(ctx, one, per_rank, phase):
             output.row(row)
             rows.append(row)
-    _check_in(ctx, "fabric all_reduce within and across nodes")
-    for row in measure_nodes(ctx):
-        output.row(row)
-        rows.append(row)
     return rows

@@ -17,6 +17,9 @@ only ever judged against peers that nothing named so far explains:
    of all inter-node pairs (2 of 5 hosts in every pair it is in), too many for a median of pairs.
 2. Ranks on hosts not named: a rank's score in a class (intra-node, inter-node) is the median of its
    measurements in that class, judged against the scores of the other ranks not on named hosts.
+   A host (rank) is scored only when its measurements reach 2 other hosts (ranks) or more: with one,
+   a slow pair blames the link between the two as much as either end (two ranks per host: their one
+   intra-node pair is a link, not a rank).
 3. Pairs: each directed measurement (a -> b) is judged against the measurements of its class that
    touch no named host or rank; a slow one that touches none either names its link.
 With 2 hosts every inter-node pair touches both, so no host can be told from the other: their pairs
@@ -25,7 +28,7 @@ name the link between them. The drain list is the hosts named and the hosts of t
 
 import math
 import statistics
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from commbench.fabric.matrices import INTER, INTRA, NodeResult, pair_class
@@ -34,6 +37,7 @@ from commbench.groups import ranks_by_host
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 MADs
 SIGMAS = 4.0  # how far from the median, in scaled MADs, an outlier must be
 MIN_JUDGED = 3  # fewer peers than this: nothing is judged
+MIN_COUNTERPARTS = 2  # a host or rank is scored only on measurements with at least this many others
 Values = dict[tuple[int, int], float]
 
 
@@ -131,16 +135,18 @@ class Suspect:
     ranks: list[int]
     score: float  # the worst ratio to the reference, on the bandwidth scale (lower is worse)
     evidence: list[str] = field(default_factory=list)
+    single: bool = False  # all its evidence is one measurement (a link, or a host's one all_reduce)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "hosts": self.hosts, "ranks": self.ranks,
-                "score": round(self.score, 4), "evidence": self.evidence}
+                "score": round(self.score, 4), "evidence": self.evidence, "single_measurement": self.single}
 
 
 def _add(suspects: dict[str, Suspect], suspect: Suspect, sentence: str) -> None:
     known = suspects.setdefault(suspect.name, suspect)
     known.evidence.append(sentence)
     known.score = min(known.score, suspect.score)
+    known.single = known.single and suspect.single
 
 
 def _sentence(owner: str, mine: list[Judged], reference: float, peers: str) -> tuple[str, float]:
@@ -161,15 +167,18 @@ def _touching(judged: list[Judged], ranks: set[int], pair_class_name: str) -> li
                                                                                                  item.dst))]
 
 
-def _class_scores(values: Values, hostnames: list[str], name: str, ranks_of: dict[Hashable, set[int]]
-                  ) -> dict[Hashable, float]:
-    """Each owner's median over its measurements of class ``name`` (owners with none left out)."""
+def _class_scores(values: Values, hostnames: list[str], name: str, ranks_of: dict[Hashable, set[int]],
+                  counterpart: Callable[[int], Hashable]) -> dict[Hashable, float]:
+    """Each owner's median over its measurements of class ``name``, for the owners whose measurements
+    reach MIN_COUNTERPARTS counterparts (other hosts for a host, peers for a rank): with one, the
+    measurements would blame the link to it as much as the owner."""
     scores = {}
     for owner, ranks in ranks_of.items():
-        mine = [value for pair, value in values.items()
+        mine = [(pair, value) for pair, value in values.items()
                 if pair_class(hostnames, *pair) == name and ranks.intersection(pair)]
-        if mine:
-            scores[owner] = statistics.median(mine)
+        others = {counterpart(rank) for pair, _ in mine for rank in pair if rank not in ranks}
+        if len(others) >= MIN_COUNTERPARTS:
+            scores[owner] = statistics.median(value for _, value in mine)
     return scores
 
 
@@ -177,14 +186,15 @@ def blame_metric(values: Values, hostnames: list[str], metric: Metric, factor: f
                  suspects: dict[str, Suspect]) -> list[Judged]:
     """Steps 1 to 3 of the module docstring for one metric; the judged measurements."""
     hosts = {host: set(ranks) for host, ranks in ranks_by_host(hostnames).items()}
-    named_hosts = outlying(_class_scores(values, hostnames, INTER, hosts), metric, factor)
+    host_scores = _class_scores(values, hostnames, INTER, hosts, hostnames.__getitem__)
+    named_hosts = outlying(host_scores, metric, factor)
     explained = {rank for suspect in suspects.values() if suspect.kind in ("host", "rank")
                  for rank in suspect.ranks}
     explained |= {rank for host in named_hosts for rank in hosts[host]}
     named_ranks: dict[tuple[int, str], float] = {}
     for name in (INTRA, INTER):
         ranks_of = {rank: {rank} for rank in range(len(hostnames)) if rank not in explained}
-        scores = _class_scores(values, hostnames, name, ranks_of)
+        scores = _class_scores(values, hostnames, name, ranks_of, int)
         for rank, median in outlying(scores, metric, factor).items():
             named_ranks[(rank, name)] = median
     explained |= {rank for rank, _ in named_ranks}
@@ -210,7 +220,7 @@ def _blame_link(item: Judged, hostnames: list[str], suspects: dict[str, Suspect]
                 f"{item.ratio:.2f}x the {item.pair_class} median ({item.median:.{metric.digits}f})")
     suspect = Suspect("link", f"{low}-{high} ({hostnames[low]}-{hostnames[high]})",
                       sorted({hostnames[low], hostnames[high]}), [low, high],
-                      as_bandwidth(item.ratio, metric))
+                      as_bandwidth(item.ratio, metric), single=True)
     _add(suspects, suspect, sentence)
 
 
@@ -224,7 +234,7 @@ def blame_node_all_reduce(nodes: list[NodeResult], factor: float, hostnames: lis
         sentence = (f"host {host}: its intra-node all_reduce at {intra[host]:.3f} GB/s bus bandwidth, "
                     f"{ratio:.2f}x the median of {len(intra)} hosts ({median:.3f} GB/s)")
         ranks = ranks_by_host(hostnames).get(str(host), [])
-        _add(suspects, Suspect("host", str(host), [str(host)], list(ranks), ratio), sentence)
+        _add(suspects, Suspect("host", str(host), [str(host)], list(ranks), ratio, single=True), sentence)
 
 
 KIND_ORDER = ("host", "rank", "link")

@@ -5,6 +5,7 @@ rows, so each knows the exit status; rank 0 alone prints and writes. The `fabric
 is rewritten after every pass, so an interrupted soak leaves the analysis of the passes it finished.
 """
 
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,8 +22,14 @@ from commbench.fabric.config import (
     check_fabric_world,
     memory_problem,
 )
-from commbench.fabric.measure import FabricContext, allocate_buffers, measure_pass, node_groups
-from commbench.fabric.schedule import make_schedule
+from commbench.fabric.measure import (
+    FabricContext,
+    allocate_buffers,
+    measure_nodes,
+    measure_rounds,
+    node_groups,
+)
+from commbench.fabric.schedule import make_schedule, pack_rounds
 from commbench.fabric.tables import print_fabric
 from commbench.results import Row
 from commbench.runner import Output, Session
@@ -39,7 +46,9 @@ class Outcome:
 
 def _summary(ctx: FabricContext) -> str:
     config, hosts = ctx.config, len(set(ctx.hostnames))
-    soak = f"; soak of {config.duration_s:g} s" if config.duration_s else ""
+    limits = [f"{config.duration_s:g} s"] if config.duration_s else []
+    limits += [f"{config.passes} passes"] if config.passes else []
+    soak = f"; soak: {' or '.join(limits)}, whichever comes first" if limits else ""
     return (f"fabric: {ctx.schedule.describe(config.serial)} on {hosts} host{'s' if hosts > 1 else ''}; "
             f"bandwidth at {format_size(config.size)}, latency at {format_size(config.latency_size)}, "
             f"{config.warmup} warm-up and {config.iters} timed messages per direction{soak}")
@@ -56,19 +65,52 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
                         session.stop_requested)
     output.note(_summary(ctx))
-    if config.duration_s is None:
+    _note_shared_cores(ctx, output)
+    if config.duration_s is None and config.passes is None:
         output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
 
     def publish(rows: list[Row]) -> None:
         if backend.rank == 0:
             output.section(KIND, analyse(rows, hostnames, config.slow_factor).to_dict())
 
-    rows = repeat_until(config.duration_s, partial(measure_pass, ctx), output, backend, after_pass=publish)
+    rows = repeat_until(config.duration_s, partial(fabric_pass, ctx), output, backend, after_pass=publish,
+                        passes=config.passes)
     analysis = analyse(rows, hostnames, config.slow_factor)
     if outcome is not None:
         outcome.suspects = [suspect.name for suspect in analysis.suspects]
     if backend.rank == 0:
         _conclude(config, analysis)
+    return rows
+
+
+def _note_shared_cores(ctx: FabricContext, output: Output) -> None:
+    """On CPU, more ranks at once than cores make the scheduler part of every latency."""
+    here = ctx.hostnames.count(ctx.hostnames[ctx.backend.rank])
+    cores = os.cpu_count() or 1
+    if ctx.backend.device.type == "cpu" and not ctx.config.serial and here > cores:
+        output.note(f"{here} ranks share this host's {cores} cores: a round's pairs compete for them, so "
+                    "latencies include waiting for a core (--serial measures one pair at a time)")
+
+
+RECHECK = "recheck"
+
+
+def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
+    """One pass: the schedule's rounds and the node all_reduces; then, once more, what a suspect rests
+    on when that is a single measurement (a slow link no host or rank explains, or a host's one
+    intra-node all_reduce), since one measurement can be disturbed by anything else on the machine.
+    Every rank draws the same conclusions from the same rows, so all agree on the recheck."""
+    rows = measure_rounds(ctx, ctx.schedule.rounds, output, ctx.phase)
+    rows += measure_nodes(ctx, output, ctx.phase)
+    analysis = analyse(rows, ctx.hostnames, ctx.config.slow_factor)
+    pairs = analysis.recheck_pairs()
+    if pairs:
+        output.note(f"rechecking {len(pairs)} pair{'s' if len(pairs) > 1 else ''} that one measurement found "
+                    f"slow: {', '.join(f'{low}-{high}' for low, high in pairs)}")
+        rows += measure_rounds(ctx, pack_rounds(pairs), output, RECHECK)
+    if analysis.recheck_nodes():
+        output.note("rechecking the node all_reduces: one of them named a host")
+        rows += measure_nodes(ctx, output, RECHECK)
     return rows
 
 
@@ -94,8 +136,6 @@ def launch_fabric(config: FabricConfig, environ: Mapping[str, str] | None = None
     """The launch glue, the one place fabric meets commbench.launch: check what can be checked, run
     run_fabric on the ranks (spawned, or this one of a launched job), and exit 1 when --fail-on-outlier
     is set and the ranks named suspects."""
-    import os
-
     from commbench import launch
 
     environ = os.environ if environ is None else environ

@@ -89,6 +89,20 @@ def sample_rounds(rounds: list[Round], hostnames: list[str], sample: int) -> lis
     return [rounds[index] for index in sorted(chosen)]
 
 
+def pack_rounds(pairs: list[tuple[int, int]]) -> tuple[Round, ...]:
+    """Pairs (lower rank first) into as few rounds as first-fit gives, each rank once per round; the
+    same packing on every rank."""
+    rounds: list[list[tuple[int, int]]] = []
+    for pair in sorted(set(pairs)):
+        free = next((found for found in rounds
+                     if not {rank for taken in found for rank in taken} & set(pair)), None)
+        if free is None:
+            rounds.append([pair])
+        else:
+            free.append(pair)
+    return tuple(Round(tuple(sorted(found))) for found in rounds)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """The rounds a fabric pass measures; ``sample`` is --sample's K (None: every pair)."""
