@@ -7,12 +7,13 @@ barrier and is warmed up. Bandwidth is timed --iters times with a world barrier 
 (outside its time), so the pairs of a round start each message together and every link is loaded at
 once; latency is timed over LATENCY_ITERS_PER_ITER x --iters round trips back to back (a barrier's
 release skew would be larger than the round trip it precedes). --serial runs the round's pairs one
-after another while every other rank waits at the same barriers. A rank without a pair (a bye, or
---serial) issues nothing. After the round, every rank's times are gathered; a sample of a pair is the
-slower of its two ranks' times for that message (the transfer is over when both sides are done), and a
-latency sample is half of that round trip. Nothing inside a timed region allocates: the buffers exist
-before the first round. Before every round the ranks check in, so a missing rank is named and a stop
-(a signal) is agreed on between rounds.
+after another while every other rank waits at the same barriers; so do the ping-pongs alone where a
+host has more ranks than cores (latency_alone), since concurrent ones would time the CPU scheduler.
+A rank without a pair (a bye, or waiting its turn) issues nothing. After the round, every rank's times
+are gathered; a sample of a pair is the slower of its two ranks' times for that message (the transfer is
+over when both sides are done), and a latency sample is half of that round trip. Nothing inside a timed
+region allocates: the buffers exist before the first round. Before every round the ranks check in, so a
+missing rank is named and a stop (a signal) is agreed on between rounds.
 """
 
 from collections.abc import Callable, Iterator
@@ -112,6 +113,7 @@ class FabricContext:
     buffers: FabricBuffers
     nodes: NodeGroups
     stop_requested: Callable[[], int]
+    latency_alone: bool = False  # ping-pongs one pair at a time even in a concurrent round
 
     @property
     def phase(self) -> str:
@@ -148,30 +150,38 @@ def _pair_phases(ctx: FabricContext, peer: int | None, is_first: bool) -> list[P
             (backend.ping_pong, ping(is_first)), (backend.ping_pong, ping(not is_first))]
 
 
-def _time_phases(ctx: FabricContext, phases: list[Phase]) -> list[float]:
+def _time_phases(ctx: FabricContext, phases: list[Phase], indices: tuple[int, ...]) -> list[float]:
     values: list[float] = []
-    for index, ((call, args), iters) in enumerate(zip(phases, phase_iters(ctx.config), strict=True)):
+    counts = phase_iters(ctx.config)
+    for index in indices:
+        call, args = phases[index]
         ctx.backend.barrier()
         warm_up(call, ctx.backend, args, ctx.config.warmup)
-        timed = time_sync(call, ctx.backend, args, iters, barrier_per_iter=index < 2)
-        values.extend(timed.seconds)
+        values.extend(time_sync(call, ctx.backend, args, counts[index], barrier_per_iter=index < 2).seconds)
     return values
 
 
-def time_round(ctx: FabricContext, one: Round) -> list[float]:
-    """This rank's seconds for the round: its pair's four measurements of --iters messages each, in
-    PHASES order (zeros for a rank without a pair)."""
+def _time_pairs(ctx: FabricContext, one: Round, indices: tuple[int, ...], one_at_a_time: bool) -> list[float]:
+    """This rank's seconds for the phases ``indices`` of the round: every pair at once, or one pair
+    after another while the others wait at the same barriers (zeros for a rank without a pair)."""
     rank = ctx.backend.rank
     peer = one.peer(rank)
-    if not ctx.config.serial:
-        return _time_phases(ctx, _pair_phases(ctx, peer, peer is not None and rank < peer))
-    mine = [0.0] * sum(phase_iters(ctx.config))
+    if not one_at_a_time:
+        return _time_phases(ctx, _pair_phases(ctx, peer, peer is not None and rank < peer), indices)
+    mine = [0.0] * sum(phase_iters(ctx.config)[index] for index in indices)
     for pair in one.pairs:
         active = rank in pair
-        values = _time_phases(ctx, _pair_phases(ctx, peer if active else None, rank == pair[0]))
+        values = _time_phases(ctx, _pair_phases(ctx, peer if active else None, rank == pair[0]), indices)
         if active:
             mine = values
     return mine
+
+
+def time_round(ctx: FabricContext, one: Round) -> list[float]:
+    """This rank's seconds for the round: its pair's four measurements, in PHASES order."""
+    serial = ctx.config.serial
+    return (_time_pairs(ctx, one, (0, 1), serial)
+            + _time_pairs(ctx, one, (2, 3), serial or ctx.latency_alone))
 
 
 def fabric_row(ctx: FabricContext, collective: str, size: int, seconds: list[float], **where: Any) -> Row:

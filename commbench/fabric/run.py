@@ -63,9 +63,11 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     buffers = allocate_buffers(backend, config, hostnames)
     schedule = make_schedule(hostnames, config.sample)
     ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
-                        session.stop_requested)
+                        session.stop_requested, _latency_alone(backend, config, hostnames))
     output.note(_summary(ctx))
-    _note_shared_cores(ctx, output)
+    if ctx.latency_alone and not config.serial:
+        output.note("a host has more ranks than cores: ping-pongs run one pair at a time, since concurrent "
+                    "ones would time the wait for a core (bandwidth is still measured a round at a time)")
     if config.duration_s is None and config.passes is None:
         output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
 
@@ -83,13 +85,12 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     return rows
 
 
-def _note_shared_cores(ctx: FabricContext, output: Output) -> None:
-    """On CPU, more ranks at once than cores make the scheduler part of every latency."""
-    here = ctx.hostnames.count(ctx.hostnames[ctx.backend.rank])
-    cores = os.cpu_count() or 1
-    if ctx.backend.device.type == "cpu" and not ctx.config.serial and here > cores:
-        output.note(f"{here} ranks share this host's {cores} cores: a round's pairs compete for them, so "
-                    "latencies include waiting for a core (--serial measures one pair at a time)")
+def _latency_alone(backend: Backend, config: FabricConfig, hostnames: list[str]) -> bool:
+    """Whether any host runs more CPU ranks than it has cores (every rank gets the same answer)."""
+    if backend.device.type != "cpu" or config.serial:
+        return False
+    crowded = hostnames.count(hostnames[backend.rank]) > (os.cpu_count() or 1)
+    return any(backend.all_gather_object(crowded))
 
 
 RECHECK = "recheck"
