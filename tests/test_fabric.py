@@ -46,7 +46,7 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> FabricRun:
 def test_four_local_ranks_print_both_matrices_and_a_verdict(four_ranks):
     out = four_ranks.stdout
     assert "world size 4" in out
-    assert "6 pairs of 4 ranks in 3 rounds (circle schedule)" in out
+    assert "6 pairs of 4 ranks in 3 rounds (circle schedule)" in " ".join(out.split())
     for title in ("bandwidth GB/s, 256 KiB messages", "latency µs, half a 8 B round trip"):
         assert title in out
     assert "all_reduce within each node" in out
@@ -110,7 +110,8 @@ def test_compare_refuses_a_fabric_result_against_a_sweep(four_ranks, two_runs):
 def test_serial_sampled_rounds_measure_k_peers_per_rank(tmp_path):
     run = _fabric(tmp_path, "--nproc", "4", "--serial", "--sample", "2", "--size", "64K", "--iters", "3")
     assert run.returncode == 0, run.stderr
-    assert "4 pairs of 4 ranks in 2 sampled rounds (--sample 2), one pair at a time (--serial)" in run.stdout
+    assert "4 pairs of 4 ranks in 2 rounds sampled (--sample 2), one pair at a time (--serial)" in \
+        " ".join(run.stdout.split())
     rows = [row for row in run.payload()["rows"]
             if row["collective"] == "p2p_uni" and row["phase"] != "recheck"]
     assert len(rows) == 8 and {row["phase"] for row in rows} == {"serial"}
@@ -124,7 +125,8 @@ def test_a_soak_repeats_passes_and_reports_drift(tmp_path):
     run = _fabric(tmp_path, "--nproc", "2", "--duration", "1h", "--repeat", "3", "--size", "64K",
                   "--iters", "3")
     assert run.returncode == 0, run.stderr
-    assert "soak: 3600 s or 3 passes, whichever comes first" in run.stdout
+    assert "1 pair of 2 ranks in 1 round (circle schedule)" in " ".join(run.stdout.split())
+    assert "soak: 3600 s or 3 passes, whichever comes first" in " ".join(run.stdout.split())
     payload = run.payload()
     passes = payload["fabric"]["passes"]
     assert len(passes) == 3 and "drift: median bandwidth per pass" in run.stdout

@@ -85,6 +85,7 @@ def test_the_schedule_describes_its_cost():
     schedule = make_schedule(_hosts(2, 2), None)
     assert schedule.pair_count == 6 and len(schedule.rounds) == 3
     assert "6 pairs of 4 ranks in 3 rounds" in schedule.describe(serial=False)
+    assert "1 pair of 2 ranks in 1 round" in make_schedule(_hosts(1, 2), None).describe(serial=False)
     assert "one pair at a time" in schedule.describe(serial=True)
 
 

@@ -116,10 +116,14 @@ class Schedule:
         return sum(len(one.pairs) for one in self.rounds)
 
     def describe(self, serial: bool) -> str:
-        kind = f"{len(self.rounds)} sampled rounds (--sample {self.sample})" if self.sample \
-            else f"{len(self.rounds)} rounds (circle schedule)"
+        rounds = _count(len(self.rounds), "round")
+        kind = f"{rounds} sampled (--sample {self.sample})" if self.sample else f"{rounds} (circle schedule)"
         how = "one pair at a time (--serial)" if serial else "the pairs of a round at once"
-        return f"{self.pair_count} pairs of {self.world_size} ranks in {kind}, {how}"
+        return f"{_count(self.pair_count, 'pair')} of {self.world_size} ranks in {kind}, {how}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def make_schedule(hostnames: list[str], sample: int | None) -> Schedule:
