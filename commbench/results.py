@@ -1,8 +1,11 @@
 """The result model (rows and run metadata) and its files.
 
-Rows are written as they are measured: the CSV is appended and flushed, the JSON rewritten atomically
-(temporary file, fsync, rename), so an interrupted or failed run keeps every row it finished and no
-reader ever sees a half-written JSON file.
+Rows are written as they are measured: the CSV is appended, flushed and synced for every row; the JSON
+is rewritten atomically (temporary file, fsync, rename) for every row of the first JSON_EVERY_ROW_UP_TO,
+then at most every JSON_INTERVAL_S while rows arrive (longer when a rewrite itself is slow), and at once
+for fits, sections and the end of the run. So an interrupted or failed run keeps every row it finished,
+no reader ever sees a half-written JSON file, and a run of thousands of rows (fabric) does not spend its
+time rewriting the JSON (each rewrite holds every row: rewriting on every row costs the square).
 """
 
 import csv
@@ -10,6 +13,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,9 @@ from typing import Any
 from commbench.errors import UsageError
 
 SCHEMA_VERSION = 1
+JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row
+JSON_INTERVAL_S = 1.0  # beyond, while rows arrive, the JSON is rewritten at most this often
+JSON_COST_SHARE = 10  # ... and no more often than every 10 times what the last rewrite took
 
 
 @dataclass
@@ -194,6 +201,8 @@ class ResultWriter:
         self.rows: list[Row] = []
         self.fits: list[dict[str, Any]] = []
         self.sections: dict[str, Any] = {}  # named parts beside the rows (fabric's matrices, suspects)
+        self._row_dicts: list[dict[str, Any]] = []  # each row's JSON form, made once
+        self._json_due = 0.0  # time.monotonic() after which a new row rewrites the JSON
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
         self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
@@ -204,10 +213,12 @@ class ResultWriter:
     def add(self, row: Row) -> None:
         self.rows.append(row)
         values = asdict(row)
+        self._row_dicts.append(values)
         self._csv.writerow({key: "" if value is None else value for key, value in values.items()})
         self._csv_file.flush()
         os.fsync(self._csv_file.fileno())
-        self._write_json()
+        if len(self.rows) <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
+            self._write_json()
 
     def add_fits(self, fits: list[dict[str, Any]]) -> None:
         """The α-β fits of a group of rows that just finished."""
@@ -227,13 +238,16 @@ class ResultWriter:
         self._csv_file.close()
 
     def _write_json(self) -> None:
+        started = time.monotonic()
         write_json_atomic(self.json_path, {
             "schema": SCHEMA_VERSION,
             "meta": asdict(self.meta),
-            "rows": [asdict(row) for row in self.rows],
+            "rows": self._row_dicts,
             "fits": self.fits,
             **self.sections,
         })
+        now = time.monotonic()
+        self._json_due = now + max(JSON_INTERVAL_S, JSON_COST_SHARE * (now - started))
 
 
 @dataclass

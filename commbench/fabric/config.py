@@ -43,6 +43,10 @@ class FabricConfig:
     argv: list[str] = field(default_factory=list)
     kind: str = KIND
 
+    def check_world(self, world_size: int) -> None:
+        """What a world of this size rules out (launch's Benchmark protocol on main calls it)."""
+        check_fabric_world(self, world_size)
+
 
 def resolve_fabric(config: FabricConfig) -> FabricConfig:
     """A validated copy with backend and device filled in; UsageError on the first problem."""

@@ -19,7 +19,6 @@ from commbench.fabric.config import (
     KIND,
     FabricConfig,
     available_host_bytes,
-    check_fabric_world,
     memory_problem,
 )
 from commbench.fabric.measure import (
@@ -59,7 +58,7 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     """The work launch runs on every rank (commbench.launch.Work); every row, stamped."""
     (config,) = configs
     hostnames = list(session.hostnames)
-    check_fabric_world(config, backend.world_size)
+    config.check_world(backend.world_size)
     buffers = allocate_buffers(backend, config, hostnames)
     schedule = make_schedule(hostnames, config.sample)
     ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
@@ -126,7 +125,7 @@ def _conclude(config: FabricConfig, analysis: FabricAnalysis) -> None:
 
 def check_before_spawning(config: FabricConfig) -> None:
     """What the spawner can check of a world of --nproc local ranks before starting them."""
-    check_fabric_world(config, config.nproc)
+    config.check_world(config.nproc)
     if config.device == "cpu":
         problem = memory_problem(config, config.nproc, available_host_bytes())
         if problem is not None:
