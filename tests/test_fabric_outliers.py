@@ -70,8 +70,9 @@ def test_one_slow_host_is_named_and_nothing_else(host_count, per_host, noise):
     assert all(slow_host in (hostnames[a], hostnames[b]) for a, b in slow)
 
 
-def test_a_slow_gpu_names_its_rank_not_its_host():
-    hostnames = _hosts(4, 4)
+@pytest.mark.parametrize("host_count", [4, 2])
+def test_a_slow_gpu_names_its_rank_not_its_host(host_count):
+    hostnames = _hosts(host_count, 4)
     values = _fabric(hostnames, 1.2)
     _slow_down(values, "bandwidth", lambda a, b: 5 in (a, b), 0.2)
     names = _names(values, hostnames)

@@ -167,34 +167,37 @@ def _touching(judged: list[Judged], ranks: set[int], pair_class_name: str) -> li
                                                                                                  item.dst))]
 
 
-def _class_scores(values: Values, hostnames: list[str], name: str, ranks_of: dict[Hashable, set[int]],
-                  counterpart: Callable[[int], Hashable]) -> dict[Hashable, float]:
-    """Each owner's median over its measurements of class ``name``, for the owners whose measurements
-    reach MIN_COUNTERPARTS counterparts (other hosts for a host, peers for a rank): with one, the
-    measurements would blame the link to it as much as the owner."""
-    scores = {}
-    for owner, ranks in ranks_of.items():
-        mine = [(pair, value) for pair, value in values.items()
-                if pair_class(hostnames, *pair) == name and ranks.intersection(pair)]
-        others = {counterpart(rank) for pair, _ in mine for rank in pair if rank not in ranks}
-        if len(others) >= MIN_COUNTERPARTS:
-            scores[owner] = statistics.median(value for _, value in mine)
-    return scores
+def _class_scores(values: Values, hostnames: list[str], name: str, owner_of: Callable[[int], Hashable]
+                  ) -> dict[Hashable, float]:
+    """Each owner's median over its measurements of class ``name`` (``owner_of`` maps a rank to its
+    owner: its host, or itself, or None for none), for the owners whose measurements reach
+    MIN_COUNTERPARTS others (other hosts for a host, peers for a rank): with one, the measurements
+    would blame the link to it as much as the owner. One pass over the measurements."""
+    mine: dict[Hashable, list[float]] = {}
+    others: dict[Hashable, set[Hashable]] = {}
+    for (src, dst), value in values.items():
+        if pair_class(hostnames, src, dst) != name:
+            continue
+        for rank, other in ((src, dst), (dst, src)):
+            owner = owner_of(rank)
+            if owner is not None:
+                mine.setdefault(owner, []).append(value)
+                others.setdefault(owner, set()).add(hostnames[other] if owner == hostnames[rank] else other)
+    return {owner: statistics.median(found) for owner, found in mine.items()
+            if len(others[owner]) >= MIN_COUNTERPARTS}
 
 
 def blame_metric(values: Values, hostnames: list[str], metric: Metric, factor: float,
                  suspects: dict[str, Suspect]) -> list[Judged]:
     """Steps 1 to 3 of the module docstring for one metric; the judged measurements."""
     hosts = {host: set(ranks) for host, ranks in ranks_by_host(hostnames).items()}
-    host_scores = _class_scores(values, hostnames, INTER, hosts, hostnames.__getitem__)
-    named_hosts = outlying(host_scores, metric, factor)
+    named_hosts = outlying(_class_scores(values, hostnames, INTER, hostnames.__getitem__), metric, factor)
     explained = {rank for suspect in suspects.values() if suspect.kind in ("host", "rank")
                  for rank in suspect.ranks}
     explained |= {rank for host in named_hosts for rank in hosts[host]}
     named_ranks: dict[tuple[int, str], float] = {}
     for name in (INTRA, INTER):
-        ranks_of = {rank: {rank} for rank in range(len(hostnames)) if rank not in explained}
-        scores = _class_scores(values, hostnames, name, ranks_of, int)
+        scores = _class_scores(values, hostnames, name, lambda rank: None if rank in explained else rank)
         for rank, median in outlying(scores, metric, factor).items():
             named_ranks[(rank, name)] = median
     explained |= {rank for rank, _ in named_ranks}
