@@ -4,7 +4,7 @@ NetnsCluster(count) makes, under a tag unique to this process and cluster:
 - a switch namespace `<tag>-sw` holding the bridge `br0`;
 - per host i a namespace `<tag>-h<i>` holding `lo` and one end of a veth pair, `<tag>h<i>`, addressed
   10.213.0.<i+1>/24 (private, and only ever inside these namespaces); the other end, `<tag>s<i>`, is a
-  port of the bridge.
+  port of the bridge. unslow(i) takes the limit off again.
 Nothing is configured in the machine's own namespace. Host i's processes run as
 `ip netns exec <tag>-h<i> unshare --uts sh -c 'hostname h<i> && exec "$@"'`, so each sees its own
 address, interface and host name, as on separate machines. slow(i, rate) puts a tbf rate limit on both
@@ -112,6 +112,12 @@ class NetnsCluster:
         shape = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"]
         _run("ip", "netns", "exec", host.namespace, "tc", "qdisc", "add", "dev", host.interface, *shape)
         _run("ip", "netns", "exec", self.switch, "tc", "qdisc", "add", "dev", host.switch_port, *shape)
+
+    def unslow(self, index: int) -> None:
+        """Take host ``index``'s rate limit off again."""
+        host = self.hosts[index]
+        _run("ip", "netns", "exec", host.namespace, "tc", "qdisc", "del", "dev", host.interface, "root")
+        _run("ip", "netns", "exec", self.switch, "tc", "qdisc", "del", "dev", host.switch_port, "root")
 
     def command(self, index: int, argv: list[str]) -> list[str]:
         """``argv`` as run on host ``index``: in its namespace, under its own host name."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from commbench.fabric.analysis import analyse
+from commbench.fabric.hooks import draw_fabric
 from commbench.launch import free_port
 from commbench.results import load_run
 from tests.dist_helpers import commbench
@@ -134,6 +135,10 @@ def test_a_soak_repeats_passes_and_reports_drift(tmp_path):
     assert sorted({row["repeat"] for row in rows}) == list(range(len(passes)))
     elapsed = [row["elapsed_s"] for row in rows]
     assert elapsed == sorted(elapsed)
+    figure = draw_fabric([load_run(run.json)])  # a soak's figure adds the drift panel
+    titles = [axes.get_title() for axes in figure.axes if axes.get_title()]
+    assert titles == ["bandwidth by pair (x: slow)", "latency by pair (x: slow)",
+                      "soak: bandwidth over time (spikes in colour)"]
 
 
 def test_interrupting_a_soak_keeps_every_row_and_the_analysis(tmp_path):

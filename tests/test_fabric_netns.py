@@ -12,12 +12,15 @@ be given a core), not the links.
 
 import json
 import subprocess
+import threading
+import time
 
 import pytest
 
 from commbench.fabric.analysis import analyse
 from commbench.results import load_run
 from tests.netns import NetnsUnavailable, start_ranks, wait_all
+from tests.process_helpers import csv_rows
 
 pytestmark = pytest.mark.processes
 
@@ -87,3 +90,40 @@ def test_with_no_link_slowed_pass_after_pass_names_nobody(netns_cluster, tmp_pat
     for repeat in passes:  # each pass on its own is a run of the whole fabric
         alone = analyse([row for row in run.rows if row.repeat == repeat], run.meta["hostnames"], 2.0)
         assert alone.suspects == [], (repeat, alone.verdict_lines())
+
+
+def _when_pass_starts(csv_path, repeat: int, stop: threading.Event) -> bool:
+    """Wait until the soak's rows show pass ``repeat`` under way; False if told to stop first."""
+    while not stop.is_set():
+        if any(int(row["repeat"]) >= repeat for row in csv_rows(csv_path)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_link_slowed_for_part_of_a_soak_shows_as_spikes_on_that_hosts_pairs(netns_cluster, tmp_path):
+    cluster = netns_cluster(3)
+    csv_path = tmp_path / "fabric.csv"
+    stop = threading.Event()
+
+    def flap() -> None:  # h1's link is slow from early in pass 2 to early in pass 3
+        if _when_pass_starts(csv_path, 2, stop):
+            cluster.slow(1, "200mbit")
+            if _when_pass_starts(csv_path, 3, stop):
+                cluster.unslow(1)
+
+    flapper = threading.Thread(target=flap)
+    flapper.start()
+    try:
+        procs = start_ranks(cluster, 1, [*ARGS, "--repeat", "6", "--json", str(tmp_path / "fabric.json"),
+                                         "--csv", str(csv_path)])
+        results = wait_all(procs, timeout=150)
+    finally:
+        stop.set()
+        flapper.join()
+    assert [code for code, _, _ in results] == [0, 0, 0], results[0][2]  # the passes' medians are fine
+    spikes = [spike for spike in json.loads((tmp_path / "fabric.json").read_text())["fabric"]["spikes"]
+              if spike["metric"] == "bandwidth"]
+    assert spikes and all(1 in (spike["src"], spike["dst"]) for spike in spikes)
+    assert all(set(spike["passes"]) <= {2, 3} for spike in spikes)
+    assert "spikes: " in results[0][1]

@@ -83,7 +83,7 @@ def _drift_panel(axes: Any, rows: list[Row], analysis: FabricAnalysis) -> None:
     axes.set_yscale("log")
     axes.set_xlabel("elapsed (s)")
     axes.set_ylabel("bandwidth (GB/s)")
-    axes.set_title("soak: each pair direction over time (spikes in colour)")
+    axes.set_title("soak: bandwidth over time (spikes in colour)")
     axes.legend(fontsize="small", frameon=False)
     axes.grid(True, alpha=0.3)
 
