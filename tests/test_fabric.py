@@ -13,7 +13,7 @@ from commbench.fabric.analysis import analyse
 from commbench.fabric.hooks import draw_fabric
 from commbench.launch import free_port
 from commbench.results import load_run
-from tests.dist_helpers import commbench
+from tests.dist_helpers import commbench, torchrun
 from tests.process_helpers import csv_rows, start_commbench, wait_for_rows
 
 pytestmark = pytest.mark.processes
@@ -179,3 +179,18 @@ def test_a_launched_world_of_one_rank_is_bad_input():
     result = commbench("fabric", "--size", "4K", "--output-dir", "/tmp/commbench-test-fabric-one", env=env)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "a world of 1 rank has none" in result.stderr
+
+
+def test_every_fabric_option_reaches_commbench_through_torchrun(tmp_path):
+    json_path = tmp_path / "t.json"
+    result = torchrun(2, "fabric", "--size", "48K", "--latency-size", "16", "--iters", "3", "--warmup", "1",
+                      "--serial", "--sample", "1", "--duration", "1h", "--repeat", "2", "--slow-factor", "3",
+                      "--fail-on-outlier", "--timeout", "60", "--quiet", "--json", str(json_path),
+                      "--csv", str(tmp_path / "t.csv"))
+    assert result.returncode == 0, result.stderr
+    config = json.loads(json_path.read_text())["meta"]["config"]
+    assert (config["size"], config["latency_size"]) == (48 * 1024, 16)
+    assert (config["iters"], config["warmup"]) == (3, 1)
+    assert (config["serial"], config["sample"], config["duration_s"], config["passes"]) == (True, 1, 3600, 2)
+    assert (config["slow_factor"], config["fail_on_outlier"], config["quiet"]) == (3.0, True, True)
+    assert result.stdout == ""  # --quiet
