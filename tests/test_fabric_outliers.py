@@ -2,13 +2,14 @@
 link is named alone, and a soak's spikes are found on the pair that had them."""
 
 import random
+import subprocess
+import sys
 
 import pytest
 
 from commbench.fabric.analysis import analyse
-from commbench.fabric.config import KIND
 from commbench.fabric.drift import drift_line, find_spikes, pass_medians
-from commbench.fabric.matrices import NodeResult
+from commbench.fabric.matrices import KIND, NodeResult
 from commbench.fabric.outliers import BANDWIDTH, LATENCY, drain_list, find_suspects, is_slow
 from commbench.results import Row
 
@@ -213,3 +214,10 @@ def test_a_host_named_on_its_one_all_reduce_is_rechecked_and_cleared_by_a_better
     assert first.suspects[0].to_dict()["single_measurement"] is True
     again = rows + [_node_row(f"h{index}", 8.5, "recheck") for index in range(4)]
     assert analyse(again, hostnames, 2.0).suspects == []
+
+
+def test_reading_a_fabric_result_does_not_import_torch():
+    code = ("import sys, commbench.fabric.hooks, commbench.fabric.tables, commbench.fabric.heatmap; "
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field, replace
 
 from commbench.config import resolve_backend_and_device
 from commbench.errors import UsageError
+from commbench.fabric.matrices import KIND
+from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
 from commbench.fabric.schedule import check_sample
 from commbench.sizes import format_size
 
-KIND = "fabric"  # Row.pattern of every fabric row; how plot, report and compare recognise a fabric run
 DEFAULT_SIZE = 64 * 2**20
 DEFAULT_LATENCY_SIZE = 8
-DEFAULT_SLOW_FACTOR = 2.0
 
 
 @dataclass

@@ -13,8 +13,8 @@ from typing import Any
 
 from commbench.errors import UsageError
 from commbench.fabric.analysis import FabricAnalysis, analyse
-from commbench.fabric.config import DEFAULT_SLOW_FACTOR, KIND
-from commbench.fabric.matrices import fabric_rows
+from commbench.fabric.matrices import KIND, fabric_rows
+from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
 from commbench.results import SavedRun
 from commbench.sizes import format_size
 

@@ -1,6 +1,8 @@
 """Matrices from fabric rows: rank x rank and host x host, for bandwidth and latency.
 
-Read from rows only (a live run's or a saved file's), so the console, the JSON, plot and report agree.
+Read from rows only (a live run's or a saved file's), so the console, the JSON, plot and report agree;
+nothing here or in what reads it (outliers, drift, analysis, tables, heatmap, hooks) imports torch, so
+the commands that read saved files stay quick to start.
 An entry [a][b] is the direction a -> b: for bandwidth a sends and b receives; for latency a leads the
 ping-pong. A pair direction's value in a pass is its p50, or, when the pass measured it again (a
 recheck), the better of the two (the higher bandwidth, the lower latency): a slowdown counts only if it
@@ -13,10 +15,10 @@ left out) are None.
 import statistics
 from dataclasses import dataclass
 
-from commbench.fabric.config import KIND
 from commbench.groups import ranks_by_host
 from commbench.results import Row
 
+KIND = "fabric"  # Row.pattern of every fabric row; how plot, report and compare recognise a fabric run
 BANDWIDTH_COLLECTIVE = "p2p_uni"
 LATENCY_COLLECTIVE = "ping_pong"
 NODE_COLLECTIVE = "all_reduce"

@@ -25,7 +25,8 @@ import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.errors import RunError, Terminated, UsageError, brief
-from commbench.fabric.config import KIND, FabricConfig, available_host_bytes, memory_problem
+from commbench.fabric.config import FabricConfig, available_host_bytes, memory_problem
+from commbench.fabric.matrices import KIND
 from commbench.fabric.schedule import Round, Schedule
 from commbench.groups import ranks_by_host
 from commbench.results import Row

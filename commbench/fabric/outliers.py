@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from commbench.fabric.matrices import INTER, INTRA, NodeResult, pair_class
 from commbench.groups import ranks_by_host
 
+DEFAULT_SLOW_FACTOR = 2.0  # --slow-factor: the minimum relative gap
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 MADs
 SIGMAS = 4.0  # how far from the median, in scaled MADs, an outlier must be
 MIN_JUDGED = 3  # fewer peers than this: nothing is judged
