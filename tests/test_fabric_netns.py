@@ -66,7 +66,7 @@ def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_
         pytest.skip(str(exc))
     results, payload = _run(cluster, tmp_path)
     assert [code for code, _, _ in results] == [1] * HOSTS * RANKS_PER_HOST, results[0][2]
-    assert "1 suspects (--fail-on-outlier): h1" in results[0][2]
+    assert "commbench: fabric: 1 suspect (--fail-on-outlier): h1" in results[0][2]
     fabric = payload["fabric"]
     assert [(suspect["kind"], suspect["name"]) for suspect in fabric["suspects"]] == [("host", "h1")]
     assert fabric["drain"] == ["h1"]

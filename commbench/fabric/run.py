@@ -119,7 +119,8 @@ def _conclude(config: FabricConfig, analysis: FabricAnalysis) -> None:
                  format_size(config.latency_size))
     if config.fail_on_outlier and analysis.suspects:
         names = ", ".join(suspect.name for suspect in analysis.suspects)
-        print(f"commbench: fabric: {len(analysis.suspects)} suspects (--fail-on-outlier): {names}",
+        count = len(analysis.suspects)
+        print(f"commbench: fabric: {count} suspect{'s' if count > 1 else ''} (--fail-on-outlier): {names}",
               file=sys.stderr)
 
 
