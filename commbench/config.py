@@ -18,6 +18,7 @@ from commbench.collectives import PLACEMENTS, resolve_collectives
 from commbench.dtypes import canonical_dtype, element_size
 from commbench.errors import UsageError, did_you_mean
 from commbench.groups import check_group_options
+from commbench.provenance.baselines import check_judging
 from commbench.sizes import parse_size, parse_sizes
 from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, parse_splits
 
@@ -71,6 +72,9 @@ class RunConfig:
     per_rank: bool = False  # print each rank's mean time and arrival skew
     skew_threshold_percent: float = 25.0  # a skew above this % of the p50 time names the straggler
     output_format: str = "table"  # console output: table, nccl-tests or jsonl
+    nccl_debug: bool = False  # NCCL's INFO log beside the results; rows get NCCL's choices (provenance)
+    expect: str | None = None  # a baselines file or a shipped baseline's name: a verdict per row
+    fail_below: float | None = None  # exit 1 when a row's busbw is below this % of its reference
     argv: list[str] = field(default_factory=list)  # the command line, recorded with results
 
 
@@ -78,7 +82,7 @@ class RunConfig:
 # under `defaults` or on the command line, never in one benchmark. Every other field is per benchmark.
 RUN_WIDE_FIELDS = ("backend", "device", "nproc", "timeout_s", "output_dir", "csv_path", "json_path", "quiet",
                    "output_format", "group_size", "group_layout", "groups", "per_rank",
-                   "skew_threshold_percent", "argv")
+                   "skew_threshold_percent", "nccl_debug", "expect", "fail_below", "argv")
 
 
 def parse_modes(text: str) -> list[str]:
@@ -195,6 +199,7 @@ def resolve(config: RunConfig) -> RunConfig:
     if config.timeout_s <= 0:
         raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
     check_group_options(config.group_size, config.group_layout, config.groups)
+    check_judging(config.expect, config.fail_below)
     if config.skew_threshold_percent < 0:
         raise UsageError(f"--skew-threshold {config.skew_threshold_percent:g} must not be negative")
     placements = parse_placements(",".join(config.placements)) if config.placements else []

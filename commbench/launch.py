@@ -33,6 +33,8 @@ from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, 
 from commbench.fit import fit_rows
 from commbench.formats import Reporter, make_reporter
 from commbench.groups import GroupPlan, Membership, format_ranks, split_by_hosts, split_world, world_plan
+from commbench.provenance.describe import hardware_summary
+from commbench.provenance.run import ProvenanceOptions, RunProvenance
 from commbench.results import ResultWriter, Row, RunMeta
 from commbench.runner import NullOutput, Output, Session, run_benchmarks, sweep_failure
 from commbench.sizes import parse_size
@@ -495,6 +497,8 @@ def run_rank(configs: list[Any], info: RankInfo, environ: Mapping[str, str],
     config = configs[0]  # the run-wide settings
     stops = StopRequests()
     stops.install()
+    # NCCL reads its debug variables once, when the backend starts it: they are set before.
+    provenance = RunProvenance(ProvenanceOptions.of(config), config.output_dir, os.environ)
     backend = start_backend(config, info, environ)
     writer: ResultWriter | None = None
     output: Output = NullOutput()
@@ -503,16 +507,22 @@ def run_rank(configs: list[Any], info: RankInfo, environ: Mapping[str, str],
         hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
         plan = split_into_groups(config, hostnames)
         membership = join_groups(backend, plan)
+        hardware = provenance.gather_hardware(backend, hostnames)
         if info.rank == 0:
             meta = build_meta(configs, info, backend, hostnames, environ, plan)
+            meta.hardware = hardware
             reporter = make_reporter(getattr(config, "output_format", "table"), config.quiet,
                                      per_rank=getattr(config, "per_rank", False),  # not on patterns
                                      skew_threshold=getattr(config, "skew_threshold_percent", 25.0))
             reporter.header(meta)
+            reporter.note(hardware_summary(hardware))
             csv_path, json_path = result_paths(config, meta.run_id)
             writer = ResultWriter(meta, csv_path, json_path)
             output = RecordingOutput(writer, reporter)
-        rows = work(configs, backend, output, Session(membership, stops.requested))
+        context = provenance.start_rows(backend, hostnames, [list(ranks) for ranks in plan.members],
+                                        writer.meta if writer else None,
+                                        writer.json_path.parent if writer else None)
+        rows = work(configs, backend, output, Session(membership, stops.requested, context))
         backend.barrier()
     except BaseException as exc:
         if reporter is not None:
@@ -520,6 +530,9 @@ def run_rank(configs: list[Any], info: RankInfo, environ: Mapping[str, str],
         raise _finish_failed(exc, info, backend, writer, config) from exc
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows) if isinstance(rows, list) else None
+    below = provenance.finish(rows, writer.meta if writer else None, reporter.note if reporter else None) \
+        if isinstance(rows, list) else None
+    failure = "; ".join(text for text in (failure, below) if text) or None
     if writer is not None and reporter is not None:
         reporter.close()
         writer.finish("failed" if failure else "complete", _now(), failure)

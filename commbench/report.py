@@ -16,6 +16,7 @@ from commbench.compare import compare_runs, pair_tables, summary_table, unmatche
 from commbench.console import TextTable, run_table
 from commbench.fit import describe_fit, fit_rows
 from commbench.plot import draw, require_matplotlib, save
+from commbench.provenance.html import hardware_table_html, peak_table_html
 from commbench.results import Row, SavedRun, load_run
 from commbench.sizes import format_size
 
@@ -127,11 +128,13 @@ def build_report(runs: list[SavedRun]) -> str:
              f"{escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
     parts.append("<h2>Runs</h2>")
     for run in runs:
-        parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}")
+        parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}"
+                     f"{hardware_table_html(run.meta)}")
     parts.append("<h2>Plots</h2>")
     for collective, uri in plot_images(runs):
         parts.append(f'<h3>{escape(collective)}</h3><img alt="{escape(collective)}: busbw and latency '
                      f'against size" src="{uri}">')
+    parts.extend(peak_table_html(run.rows, run.label) for run in runs)
     parts.append(f"<h2>α-β fits</h2>{html_table(fits_table(runs))}")
     parts.append("<h2>Results</h2>")
     for run in runs:

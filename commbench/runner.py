@@ -29,6 +29,7 @@ from commbench.config import RunConfig, split_spec
 from commbench.dtypes import element_size, torch_dtype
 from commbench.errors import RunError, Terminated, UsageError, brief
 from commbench.groups import Membership, world_plan
+from commbench.provenance.verdicts import RowContext, annotate_row
 from commbench.results import Row
 from commbench.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.sizes import format_size
@@ -243,6 +244,7 @@ class Session:
 
     membership: Membership
     stop_requested: Callable[[], int] = _no_stop
+    row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
 
 
 def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
@@ -280,7 +282,8 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
         group_rows: list[Row] = []
         for size in group.sizes:
             _check_in(config, backend, membership, _step_label(group, size), session.stop_requested)
-            for row in measure_size(config, backend, group, size, policy, budgets, output, membership):
+            for measured in measure_size(config, backend, group, size, policy, budgets, output, membership):
+                row = annotate_row(measured, session.row_context)
                 output.row(row)
                 if row.wrong:
                     output.note(f"{describe_row(row)}: {row.wrong} wrong elements, first at "
