@@ -93,6 +93,17 @@ def parse_tuning(message: str) -> Tuning | None:
 
 
 @dataclass
+class CallGroup:
+    """The calls of one (function, count, datatype, communicator size): how many, the choices their
+    tuning lines gave, and the communicators they ran on (in the order first seen). Calls are counted,
+    not kept, so a long run's log costs memory per distinct call, not per call."""
+
+    calls: int = 0
+    choices: Counter[tuple[str, str, int | None]] = field(default_factory=Counter)
+    comms: dict[str, None] = field(default_factory=dict)
+
+
+@dataclass
 class Comm:
     """What the INIT lines said about one communicator."""
 
@@ -136,7 +147,7 @@ class NcclLog:
         self.version = ""
         self.counts: Counter[str] = Counter()  # recognised lines by kind, plus 'ignored' and 'not_nccl'
         self.comms: dict[str, Comm] = {}
-        self._calls: dict[tuple[str, int, int, int], list[Call]] = {}
+        self._groups: dict[tuple[str, int, int, int], CallGroup] = {}
         self._recent: list[Call] = []  # the calls a later tuning line may still belong to, oldest first
         self._current: str | None = None  # the communicator that facts without a name belong to
         self._current_running = False  # the current one was named by a call, not by its init
@@ -179,7 +190,9 @@ class NcclLog:
     def _call(self, found: re.Match) -> None:
         call = Call(found["func"], int(found["count"]), int(found["datatype"]), int(found["nranks"]),
                     found["comm"])
-        self._calls.setdefault((call.func, call.count, call.datatype, call.nranks), []).append(call)
+        group = self._group(call)
+        group.calls += 1
+        group.comms[call.comm] = None
         self.comms.setdefault(call.comm, Comm(nranks=call.nranks))
         self._current, self._current_running = call.comm, True
         if call.func not in POINT_TO_POINT:
@@ -192,6 +205,7 @@ class NcclLog:
             if tuning is not None and tuning.fits(call):
                 call.algorithm, call.protocol = tuning.algorithm, tuning.protocol
                 call.channels = tuning.channels
+                self._group(call).choices[(call.algorithm, call.protocol, call.channels)] += 1
                 self._recent.remove(call)
                 return
         self.counts["tuning_unattributed"] += 1
@@ -244,14 +258,13 @@ class NcclLog:
     def choice(self, func: str, count: int, datatype: int | None, nranks: int) -> Choice | None:
         """What NCCL chose for calls of ``func`` with this count, datatype (None: any) and communicator
         size: the most frequent choice among them, the transports of their communicators."""
-        calls = [call for (name, number, kind, size), found in self._calls.items()
-                 if name == func and number == count and size == nranks and datatype in (None, kind)
-                 for call in found]
-        if not calls:
+        groups = [group for (name, number, kind, size), group in self._groups.items()
+                  if name == func and number == count and size == nranks and datatype in (None, kind)]
+        if not groups:
             return None
-        chosen = Counter((c.algorithm, c.protocol, c.channels) for c in calls if c.algorithm).most_common(1)
+        chosen = sum((group.choices for group in groups), Counter()).most_common(1)
         algorithm, protocol, channels = chosen[0][0] if chosen else ("", "", None)
-        comms = [self.comms.get(call.comm, Comm()) for call in calls]
+        comms = [self.comms.get(comm, Comm()) for group in groups for comm in group.comms]
         if algorithm and channels is None:
             channels = _comm_channels(comms[0], algorithm)
         transports = sorted({name for comm in comms for name in comm.transports})
@@ -259,12 +272,15 @@ class NcclLog:
 
     def point_to_point(self, nranks: int) -> Choice | None:
         """Send/Recv calls (all-to-all, gather, scatter, p2p patterns): no algorithm, only transports."""
-        comms = {call.comm for (name, _, _, size), found in self._calls.items()
-                 if name in POINT_TO_POINT and size == nranks for call in found}
+        comms = {comm for (name, _, _, size), group in self._groups.items()
+                 if name in POINT_TO_POINT and size == nranks for comm in group.comms}
         if not comms:
             return None
         transports = sorted({name for comm in comms for name in self.comms.get(comm, Comm()).transports})
         return Choice("", "", None, "+".join(transports))
+
+    def _group(self, call: Call) -> CallGroup:
+        return self._groups.setdefault((call.func, call.count, call.datatype, call.nranks), CallGroup())
 
     def summary(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
