@@ -187,14 +187,14 @@ def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
 
 
 def join_groups(backend: Backend, plan: GroupPlan) -> Membership:
-    handle = None
+    process_group = None
     if not plan.is_world:
         try:
-            handle = backend.new_groups([list(ranks) for ranks in plan.members])
+            process_group = backend.new_groups([list(ranks) for ranks in plan.members])
         except Exception as exc:
             raise RunError(f"rank {backend.rank} could not create the {plan.describe()}: "
                            f"{brief(exc)}") from exc
-    return Membership(plan, handle, plan.group_rank(backend.rank))
+    return Membership(plan, process_group, plan.group_rank(backend.rank))
 
 
 class StopRequests:

@@ -247,8 +247,9 @@ def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: 
         error = agree(backend, error)
     if error is not None:
         return [point.row(mode, None, layout, error=error) for mode in table.modes]
-    args = CollectiveArgs(group=point.membership.handle, op=table.op or "sum", root=point.config.root,
-                          premul_factor=point.config.premul_factor, **buffers.call_options())
+    args = CollectiveArgs(process_group=point.membership.process_group, op=table.op or "sum",
+                          root=point.config.root, premul_factor=point.config.premul_factor,
+                          **buffers.call_options())
     op = BoundOp(backend, args, table.collective.issue)
     rows = []
     for mode in table.modes:

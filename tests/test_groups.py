@@ -90,7 +90,7 @@ def _all_reduce_in_groups(rank: int, world_size: int) -> dict[str, list[float]]:
         plan = split_world(world_size, 2, layout)
         group = backend.new_groups([list(ranks) for ranks in plan.members])
         value = torch.tensor([float(rank)])
-        backend.all_reduce(CollectiveArgs(input=value, output=value, group=group))
+        backend.all_reduce(CollectiveArgs(input=value, output=value, process_group=group))
         sums[layout] = value.tolist()
     return sums
 

@@ -172,7 +172,8 @@ class ReduceScatterBucketer:
             inputs = bucket.buffers.staging[: self.world_size * filled]
             inputs.view(self.world_size, filled).copy_(rows[:, :filled])
             collective = FLAT
-        args = CollectiveArgs(input=inputs, output=bucket.buffers.output[:filled], op="sum", group=group)
+        args = CollectiveArgs(input=inputs, output=bucket.buffers.output[:filled], op="sum",
+                              process_group=group)
         self._issue(collective, args, unit, phase, filled)
         pending = Pending(args, bucket.callbacks)
         if self._issuer().async_op:
@@ -196,7 +197,7 @@ class ReduceScatterBucketer:
             collective, inputs = LIST, list(source.view(self.world_size, chunk).unbind(0))
         else:
             collective, inputs = FLAT, source
-        args = CollectiveArgs(input=inputs, output=output, op="sum", group=group)
+        args = CollectiveArgs(input=inputs, output=output, op="sum", process_group=group)
         self._issue(collective, args, unit, "backward", chunk)
         pending = Pending(args, [partial(callback, output)])
         if not self._issuer().async_op:
