@@ -55,11 +55,11 @@ class GroupPlan:
 
 @dataclass(frozen=True)
 class Membership:
-    """One rank's place in the plan: its group's process-group handle (None: the world) and its rank
-    within the group."""
+    """One rank's place in the plan: its group's process group (None: the world) and its rank within
+    the group."""
 
     plan: GroupPlan
-    handle: Any
+    process_group: Any
     group_rank: int
 
 

@@ -35,7 +35,7 @@ class Row:
     dtype: str
     mode: str
     op: str  # reduce op, '' for collectives that do not reduce
-    size_bytes: int  # the size actually used (see README: size)
+    size_bytes: int  # the size actually used (docs/measurement.md#message-sizes)
     requested_bytes: int  # the size asked for, before rounding to whole elements per rank
     count_per_rank: int
     iters: int  # ops timed
@@ -58,9 +58,10 @@ class Row:
     group_size: int = 0
     group_layout: str = "world"  # world, contiguous, strided, intra-node, inter-node
     group_count: int = 1
-    skew_us_max: float | None = None  # the largest rank's mean arrival skew (see README: skew)
+    # the largest rank's mean arrival skew (docs/measurement.md#per-rank-times-arrival-skew-and-stragglers)
+    skew_us_max: float | None = None
     slowest_rank: int | None = None  # the rank its group waited for: the smallest arrival skew
-    placement: str = ""  # out-of-place or in-place; '' for barrier (see README: placement)
+    placement: str = ""  # out-of-place or in-place; '' for barrier (docs/measurement.md#placement)
     wrong: int | None = None  # --check: wrong elements over all ranks; None when not checked
     first_wrong: str = ""  # --check: 'rank R index I: expected E, got G' of the first wrong element
     error: str = ""  # why the row has no measurement (the backend rejected the dtype or op, ...)
