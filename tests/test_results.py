@@ -97,3 +97,11 @@ def test_rows_written_before_the_check_fields_existed_still_load(tmp_path):
     (row,) = load_run(tmp_path / "old.json").rows
     assert (row.placement, row.wrong, row.first_wrong, row.error) == ("", None, "", "")
     assert row.key() != replace(row, placement="in-place").key()  # placements are told apart
+
+
+def test_the_torch_free_default_placements_are_the_registrys():
+    from commbench.collectives import REGISTRY
+    from commbench.results import DEFAULT_PLACEMENTS, default_placement
+
+    assert DEFAULT_PLACEMENTS == {name: collective.placements[0] for name, collective in REGISTRY.items()}
+    assert default_placement("all_reduce") == "in-place" and default_placement("not_a_collective") == ""
