@@ -143,10 +143,6 @@ def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
     return TextTable(group_title(rows[0]), columns, cells_by_size, footer=footer)
 
 
-def rows_table(rows: Iterable[Row]) -> Table:
-    return rich_table(run_table(rows))
-
-
 def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int, int]) -> Table:
     """Each rank's own mean time and arrival skew, a section per size and mode."""
     rows = list(rows)
@@ -258,7 +254,7 @@ class ConsoleReporter(ReporterBase):
     def row(self, row: Row) -> None:
         pass  # the table waits for its group
 
-    def group_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
+    def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         if not rows:
             return
         if rows[0].pattern:  # a workload pattern's rows have tables of their own

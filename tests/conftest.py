@@ -1,9 +1,16 @@
-"""Runs shared by the analysis tests (compare, plot, report, formats, fits, load): the same two-benchmark
-sweep run twice by the real CLI, once as `sweep FILE` in nccl-tests format and once as `--config FILE`
-in JSON-lines format; two tiny runs of six collectives; a tiny run of one other collective.
-Session-scoped: made once, only when a test asks for them. A test that asks for one is marked
-`processes`."""
+"""Shared test set-up.
 
+- Every test that starts a process carries the `processes` marker, so `pytest -m "not processes"` is a
+  loop of seconds; a test without it that starts one fails, naming the marker.
+- Runs shared by the analysis tests (compare, plot, report, formats, fits, load): the same two-benchmark
+  sweep run twice by the real CLI, once as `sweep FILE` in nccl-tests format and once as `--config FILE`
+  in JSON-lines format; two tiny runs of six collectives; a tiny run of one other collective.
+  Session-scoped: made once, only when a test asks for them; a test that asks for one is marked
+  `processes` (RUN_FIXTURES).
+"""
+
+import multiprocessing.process
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +80,48 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if isinstance(item, pytest.Function) and RUN_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.processes)
+
+
+class _ProcessGuard:
+    """Refuses to start a process while a test without the `processes` marker runs (its fixtures too:
+    set before any of them, in the setup hook)."""
+
+    def __init__(self) -> None:
+        self.test: str | None = None  # the unmarked test running now, if any
+        self._popen_init = subprocess.Popen.__init__
+        self._process_start = multiprocessing.process.BaseProcess.start
+
+    def install(self) -> None:
+        guard = self
+
+        def popen_init(popen: subprocess.Popen, *args: object, **kwargs: object) -> None:
+            guard.check()
+            guard._popen_init(popen, *args, **kwargs)
+
+        def process_start(process: multiprocessing.process.BaseProcess) -> None:
+            guard.check()
+            guard._process_start(process)
+
+        subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+        multiprocessing.process.BaseProcess.start = process_start  # type: ignore[method-assign]
+
+    def check(self) -> None:
+        if self.test is not None:
+            raise AssertionError(f"{self.test} starts a process: mark it @pytest.mark.processes")
+
+
+_GUARD = _ProcessGuard()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _GUARD.install()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _GUARD.test = None if item.get_closest_marker("processes") is not None else item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _GUARD.test = None

@@ -6,6 +6,7 @@ start-up, so the timed loop pays no lookup and no deprecation warning.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +47,21 @@ def reduce_op(name: str, premul_factor: float = 1.0) -> Any:
     return getattr(dist.ReduceOp, member)
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks meet: this rank, the world size and the TCP store at ``master_addr:master_port``
+    (hosted by rank 0, or by the launcher: torchrun's agent). ``attempt`` is the launcher's restart count,
+    so a restarted job never reads a dead attempt's keys. No master address: MPI starts its own ranks
+    and there is no store."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    launcher_hosts_store: bool = False
+    attempt: str = "0"
+
+
 class TorchDistBackend(Backend):
     """Collectives through torch.distributed on an already-initialised default process group."""
 
@@ -64,14 +80,16 @@ class TorchDistBackend(Backend):
 
     # --- set-up -----------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, device: torch.device, rank: int, world_size: int,
-               master_addr: str, master_port: int, timeout_s: float, launcher_hosts_store: bool = False,
-               attempt: str = "0") -> "TorchDistBackend":
+    def create(cls, name: str, device: torch.device, rendezvous: Rendezvous, timeout_s: float
+               ) -> "TorchDistBackend":
         """Initialise the default process group over a TCP store and return the backend.
 
         Every rank first checks in through the store, so a rank that never comes is named at the
         deadline. Without a master address (MPI starts its own ranks) there is no store and no check-in.
         """
+        rank, world_size = rendezvous.rank, rendezvous.world_size
+        master_addr, master_port = rendezvous.master_addr, rendezvous.master_port
+        launcher_hosts_store = rendezvous.launcher_hosts_store
         if device.type == "cuda":
             torch.cuda.set_device(device)
         options: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
@@ -91,8 +109,8 @@ class TorchDistBackend(Backend):
                 f"its host did not start within {timeout_s:g} s, or MASTER_ADDR/MASTER_PORT point elsewhere"
             raise RunError(f"rank {rank} could not {'open' if rank == 0 else 'reach'} the rendezvous store "
                            f"at {where}: {why} ({detail})") from None
-        coordinator = Coordinator(dist.PrefixStore(key_prefix(attempt), store), rank, world_size, timeout_s,
-                                  where, hosts_store)
+        coordinator = Coordinator(dist.PrefixStore(key_prefix(rendezvous.attempt), store), rank, world_size,
+                                  timeout_s, where, hosts_store)
         coordinator.join()
         # The same prefix init_process_group gives its own store, so nothing else sharing it collides.
         dist.init_process_group(backend=name, store=dist.PrefixStore("default_pg", store), rank=rank,
