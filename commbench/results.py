@@ -17,6 +17,7 @@ from pathlib import Path
 from types import NoneType
 from typing import Any, get_args, get_origin
 
+from commbench.collectives import REGISTRY  # descriptors only: importing it imports no torch
 from commbench.errors import UsageError
 
 SCHEMA_VERSION = 1
@@ -113,17 +114,8 @@ class Row:
 def default_placement(collective: str) -> str:
     """The placement a collective runs in without --placement ('' for unknown names: saved files
     may hold collectives or patterns this version does not know)."""
-    return DEFAULT_PLACEMENTS.get(collective, "")
-
-
-# The registry's first placement of each collective, written out so that reading saved files never
-# imports torch; tests/test_results.py holds it equal to commbench.collectives.REGISTRY.
-DEFAULT_PLACEMENTS = {
-    "all_reduce": "in-place", "broadcast": "in-place", "reduce": "in-place", "barrier": "",
-    **dict.fromkeys(("reduce_scatter", "reduce_scatter_base", "all_gather", "all_gather_base", "all_to_all",
-                     "all_to_all_single", "gather", "scatter", "send_recv", "all_to_allv", "reduce_scatter_v",
-                     "all_gather_v", "ping", "ping_pong", "p2p_uni", "p2p_bidir", "ring"), "out-of-place"),
-}
+    known = REGISTRY.get(collective)
+    return known.default_placement if known is not None else ""
 
 
 # A new field that tells measurements apart (a placement, ...) goes here; compare, fits and plots follow.

@@ -1,7 +1,10 @@
-"""compare, plot, report, the α-β fit and commbench.load work on saved files without importing torch."""
+"""compare, plot, report, the α-β fit and commbench.load work on saved files without importing torch, as
+functions and as commands."""
 
 import subprocess
 import sys
+
+import pytest
 
 from tests.dist_helpers import ROOT, launcherless_env
 
@@ -9,18 +12,27 @@ READING_MODULES = ("commbench.compare", "commbench.plot", "commbench.report", "c
                    "commbench.frame")
 
 
+def _python(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=launcherless_env(),
+                            cwd=ROOT, timeout=180, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
 def _imported(stderr: str) -> set[str]:
     """Module names from `python -X importtime` output ('import time: self | cumulative | name')."""
     return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
 
 
+def _torch(modules: set[str]) -> list[str]:
+    return sorted(name for name in modules if name.split(".")[0] == "torch")
+
+
+@pytest.mark.processes
 def test_the_reading_modules_import_without_torch():
-    command = [sys.executable, "-X", "importtime", "-c", f"import {', '.join(READING_MODULES)}"]
-    result = subprocess.run(command, capture_output=True, text=True, env=launcherless_env(), cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-2000:]
-    imported = _imported(result.stderr)
+    imported = _imported(_python("-X", "importtime", "-c", f"import {', '.join(READING_MODULES)}").stderr)
     assert set(READING_MODULES) <= imported and "pandas" in imported  # the parse sees what was imported
-    assert not [name for name in imported if name.split(".")[0] == "torch"]
+    assert _torch(imported) == []
 
 
 def test_compare_plot_report_and_fits_of_real_runs_leave_torch_unimported(two_runs, tmp_path):
@@ -40,8 +52,9 @@ report_command([{a!r}, {b!r}], {str(tmp_path / "r.html")!r})
 assert fit_rows(load_run({a!r}).rows) and len(commbench.load([{a!r}, {b!r}])) == 36
 print("torch imported:", sorted(name for name in sys.modules if name.split(".")[0] == "torch"))
 """
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                            env=launcherless_env(), cwd=ROOT, timeout=180)
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert _python("-c", program).stdout.strip().endswith("torch imported: []")
     assert (tmp_path / "p.png").is_file() and (tmp_path / "r.html").is_file()
-    assert result.stdout.strip().endswith("torch imported: []")
+    page = str(tmp_path / "c.html")
+    for command in (["compare", a, b, "--fail-above", "3900"], ["report", a, b, "--output", page]):
+        imported = _imported(_python("-X", "importtime", "-m", "commbench", *command).stderr)
+        assert "commbench.cli" in imported and _torch(imported) == []

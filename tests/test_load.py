@@ -140,6 +140,7 @@ def test_bad_missing_and_foreign_files_are_one_line_naming_the_file(two_runs, tm
     assert _one_line_usage_error([]) == "no results files given"
 
 
+@pytest.mark.processes
 def test_importing_commbench_loads_neither_torch_nor_pandas():
     program = ("import sys, commbench; "
                "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas')))")
