@@ -106,12 +106,20 @@ class RunConfig:
         self.check_span(plan.size, whole_world=plan.is_world)
 
     def check_span(self, ranks: int, whole_world: bool) -> None:
-        """UsageError when the root or a splits file does not fit a collective over ``ranks`` ranks."""
+        """UsageError when the root or a splits file does not fit a collective over ``ranks`` ranks, or
+        when no size is left to measure (every one too small for an element per rank)."""
         if self.root >= ranks:
             where = f"the world of {ranks} ranks" if whole_world else f"a group of {ranks} ranks"
             raise UsageError(f"--root {self.root} is outside {where}")
         if self.split_matrix is not None:  # a splits file must be n x n, n the group size
             check_world_size(split_spec(self), ranks)
+        from commbench.planning import plan_tables  # planning builds on this module
+
+        tables, notes = plan_tables(self, ranks)
+        if not any(table.sizes for table in tables):
+            why = f": {notes[0]}" if notes else ""
+            name = f"benchmark {self.name!r}: " if self.name else ""
+            raise UsageError(f"{name}nothing to measure at {ranks} ranks{why}")
 
 
 LAUNCH_FIELDS = tuple(f.name for f in fields(LaunchConfig))

@@ -8,8 +8,11 @@ Nobody launched us: spawn.py starts local ranks that re-run the same command lin
 import os
 import signal
 import socket
+import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from commbench.backends.base import Backend
@@ -119,8 +122,46 @@ def launch(benchmarks: Sequence[Benchmark], work: Work, environ: Mapping[str, st
     info = detect(environ, setup.backend)
     if info is None:
         check_local_launch(benchmarks)
+        check_output_location(setup)
+        announce_local_ranks(setup)
         return spawn_local(setup.argv, setup.nproc)
+    if info.rank == 0:
+        check_output_location(setup)
     return run_rank(list(benchmarks), info, environ, work)
+
+
+def announce_local_ranks(setup: LaunchConfig) -> None:
+    """Before the ranks start (seconds, with torch to import): say so, and warn when they outnumber
+    the cores they will share, since every time measured then includes waiting for a core."""
+    cores = len(os.sched_getaffinity(0))
+    if setup.device == "cpu" and setup.nproc > cores:
+        print(f"commbench: warning: {setup.nproc} local ranks share {cores} CPU cores, so every time "
+              f"includes waiting for a core; use --nproc {cores} or fewer for meaningful numbers",
+              file=sys.stderr, flush=True)
+    if not setup.quiet:
+        print(f"commbench: starting {setup.nproc} local ranks ({setup.backend} on {setup.device})",
+              file=sys.stderr, flush=True)
+
+
+def check_output_location(setup: LaunchConfig) -> None:
+    """UsageError, before any rank starts, when the results cannot be written where asked."""
+    exact = (("--csv", setup.csv_path), ("--json", setup.json_path))
+    files = [(flag, Path(path)) for flag, path in exact if path]
+    for flag, path in files:
+        if path.is_dir():
+            raise UsageError(f"{flag} {path} is a directory: give the file to write")
+    directories = [(flag, path.parent) for flag, path in files]
+    if len(files) < 2:  # a file not given exactly goes under --output-dir
+        directories.append(("--output-dir", Path(setup.output_dir)))
+    for flag, directory in directories:
+        if directory.exists() and not directory.is_dir():
+            raise UsageError(f"{flag}: {directory} is a file, not a directory")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as exc:
+            raise UsageError(f"{flag}: cannot write results in {directory}: {exc.strerror or exc}") from None
 
 
 def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -> int:
@@ -208,12 +249,15 @@ class StopRequests:
     def __init__(self) -> None:
         self.signum = 0
         self.polled = False
+        self.done = False  # the work is over: a late signal does not turn a complete run into a stopped one
 
     def install(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: object) -> None:
+        if self.done:
+            return
         if self.signum or not self.polled:
             raise Terminated(signum)
         self.signum = signum
@@ -257,6 +301,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
         session = Session(membership, stops.requested, skipped_size(info, environ), context)
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
+        stops.done = True
     except BaseException as exc:
         if recording is not None:
             recording.close_console()
@@ -282,7 +327,7 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
     if isinstance(exc, Terminated | KeyboardInterrupt):
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
         if recording is not None:
-            recording.finish("interrupted", f"stopped by {signal.Signals(signum).name}")
+            recording.interrupted(signal.Signals(signum).name)
         return exc
     if isinstance(exc, UsageError):
         if recording is not None:
