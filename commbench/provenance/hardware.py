@@ -149,7 +149,8 @@ def probe_infiniband(roots: Roots) -> list[dict[str, Any]]:
     return ports
 
 
-# Each section of a host's record and the probe that fills it, in the order they run.
+# Each section of a host's record and the probe that fills it, in the order they run. The software probe
+# goes last: outside a run it imports torch (seconds), which must not eat the GPU probe's budget.
 Probe = Callable[[Roots, ProbeBudget], Any]
 PROBES: list[tuple[str, Probe]] = [
     ("cpu", lambda roots, budget: probe_cpu(roots)),
@@ -159,8 +160,8 @@ PROBES: list[tuple[str, Probe]] = [
     ("infiniband", lambda roots, budget: probe_infiniband(roots)),
     ("os", lambda roots, budget: probe_os(roots)),
     ("container", lambda roots, budget: probe_container(roots)),
-    ("software", lambda roots, budget: probe_software()),
     ("gpus", probe_gpus),
+    ("software", lambda roots, budget: probe_software()),
 ]
 
 
