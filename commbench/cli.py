@@ -145,6 +145,15 @@ def cli() -> None:
               help="Messages in flight per op for p2p_uni and p2p_bidir.")
 @click.option("--premul-factor", type=float, default=DEFAULTS["premul_factor"], show_default=True,
               help="The factor of --op premul_sum (NCCL only).")
+@click.option("--nccl-debug", is_flag=True,
+              help="Run with NCCL's INFO log (INIT, TUNING, COLL) in per-rank files beside the results; rows "
+                   "get NCCL's algorithm, protocol, channels and transport.")
+@click.option("--expect", default=None, metavar="FILE|NAME",
+              help="Judge each row PASS, WARN or FAIL against a baseline: a YAML file or a name from "
+                   "configs/baselines.yaml (docs/provenance.md).")
+@click.option("--fail-below", type=float, default=None, metavar="PCT",
+              help="Exit 1 when a row's busbw is below PCT percent of its --expect busbw, or without "
+                   "--expect of its link peak.")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **options: Any) -> int:
     """Benchmark collectives over a range of message sizes (the default command)."""
@@ -312,6 +321,16 @@ def fsdp(ctx: click.Context, buckets: str, **options) -> int:
     setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
     config = FsdpConfig(launch=setup, buckets=parse_list(buckets) or [buckets], **options)
     return launch([resolve_fsdp(config)], work=run_fsdp)
+
+
+@cli.command("env")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text, or the JSON record every run stores per host.")
+def env_command(output_format: str) -> None:
+    """This host's hardware and software, as every run records it; starts no process group."""
+    from commbench.provenance.describe import print_env
+
+    print_env(output_format)
 
 
 @cli.command("list")
