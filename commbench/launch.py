@@ -131,14 +131,15 @@ def launch(benchmarks: Sequence[Benchmark], work: Work, environ: Mapping[str, st
 
 
 def announce_local_ranks(setup: LaunchConfig) -> None:
-    """Before the ranks start (seconds, with torch to import): say so, and warn when they outnumber
-    the cores they will share, since every time measured then includes waiting for a core."""
+    """Before the ranks start (seconds, with torch to import): say so to a person at a terminal, and
+    warn when they outnumber the cores they will share, since every time measured then includes
+    waiting for a core."""
     cores = len(os.sched_getaffinity(0))
     if setup.device == "cpu" and setup.nproc > cores:
         print(f"commbench: warning: {setup.nproc} local ranks share {cores} CPU cores, so every time "
               f"includes waiting for a core; use --nproc {cores} or fewer for meaningful numbers",
               file=sys.stderr, flush=True)
-    if not setup.quiet:
+    if not setup.quiet and sys.stderr.isatty():
         print(f"commbench: starting {setup.nproc} local ranks ({setup.backend} on {setup.device})",
               file=sys.stderr, flush=True)
 
