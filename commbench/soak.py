@@ -4,10 +4,9 @@ it was measured.
 Invariants: rank 0's clock decides. Each pass runs to its end on every rank, then rank 0 says whether
 time is left and every rank follows its answer, so no rank starts a pass the others skip. At least one
 pass runs; a pass starts only while time is left (and fewer than ``passes`` have run), so the last may
-end after the duration. Rows reach
-the output as they are measured (a pass never holds them back), so an interrupted soak keeps every row
-it measured. A row's ``elapsed_s`` is seconds from the soak's start to the moment it reached the output,
-on that rank's clock; ``repeat`` is its pass, from 0.
+end after the duration. Rows reach the output as they are measured (a pass never holds them back), so
+an interrupted soak keeps every row it measured. A row's ``elapsed_s`` is seconds from the soak's start
+to the moment it reached the output, on that rank's clock; ``repeat`` is its pass, from 0.
 """
 
 import re
@@ -17,8 +16,8 @@ from dataclasses import replace
 
 from commbench.backends.base import Backend
 from commbench.errors import UsageError
+from commbench.output import Output
 from commbench.results import Row
-from commbench.runner import Output
 
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -54,8 +53,8 @@ class StampedOutput:
     def note(self, text: str) -> None:
         self.inner.note(text)
 
-    def group_done(self, rows: list[Row]) -> None:
-        self.inner.group_done(rows)
+    def table_done(self, rows: list[Row]) -> None:
+        self.inner.table_done(rows)
 
     def plan(self, steps: int) -> None:
         self.inner.plan(steps)

@@ -1,6 +1,6 @@
 """`commbench fabric` through the real CLI on local ranks: the matrix and verdict on the console, the
-JSON's matrix, rows and suspects, --serial and --sample, a soak (finished and interrupted), plot,
-report and compare on its result, and bad input."""
+JSON's matrix, rows (with every row's statistics) and suspects, --serial and --sample, a soak (finished
+and interrupted), plot, report and compare on its result, and bad input."""
 
 import json
 import signal
@@ -11,8 +11,9 @@ import pytest
 
 from commbench.fabric.analysis import analyse
 from commbench.fabric.hooks import draw_fabric
-from commbench.launch import free_port
 from commbench.results import load_run
+from commbench.spawn import free_port
+from commbench.stats import MIN_SAMPLES_FOR_CI
 from tests.dist_helpers import commbench, torchrun
 from tests.process_helpers import csv_rows, start_commbench, wait_for_rows
 
@@ -77,6 +78,21 @@ def test_the_json_holds_the_matrices_every_pair_both_ways_and_the_suspects(four_
     assert len(csv_rows(four_ranks.csv)) == len(rows)
 
 
+def test_fabric_rows_carry_the_statistics_every_row_has(four_ranks):
+    rows = four_ranks.payload()["rows"]
+    for row in rows:
+        samples = row["samples_us"]
+        assert row["samples"] == len(samples) == row["iters"] and row["time_us_p99"] is not None
+        assert row["time_us_min"] <= row["time_us_p50"] <= row["time_us_max"]
+        assert (row["ci95_rel"] is None) == (len(samples) < MIN_SAMPLES_FOR_CI)
+        # a sample is the slower of the measuring ranks' times: never below any one rank's mean
+        assert sum(samples) / len(samples) >= max(row["rank_mean_us"]) - 1e-3
+    pairs = [row for row in rows if row["collective"] in ("p2p_uni", "ping_pong")]
+    assert all(len(row["rank_mean_us"]) == 2 and row["busbw_gbps"] == row["algbw_gbps"] for row in pairs)
+    (node,) = [row for row in rows if row["collective"] == "all_reduce"]
+    assert len(node["rank_mean_us"]) == 4 and node["busbw_factor"] == 1.5  # 2(n-1)/n at 4 ranks
+
+
 def test_the_saved_verdict_is_what_the_saved_rows_say(four_ranks):
     run = load_run(four_ranks.json)
     analysis = analyse(run.rows, run.meta["hostnames"], run.meta["config"]["slow_factor"])
@@ -100,11 +116,13 @@ def test_report_shows_the_heatmaps_tables_and_verdict(four_ranks, tmp_path):
     assert "verdict: " in html and "bandwidth GB/s" in html
 
 
-def test_compare_refuses_a_fabric_result_against_a_sweep(four_ranks, two_runs):
+def test_compare_refuses_a_fabric_result_against_a_sweep(four_ranks, two_runs, tmp_path):
     result = commbench("compare", str(two_runs[0].json), str(four_ranks.json))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "is a fabric result" in result.stderr
-    same = commbench("compare", str(four_ranks.json), str(four_ranks.json))
+    again = tmp_path / "again.json"  # compare reads each file once: the same result under another name
+    again.write_text(four_ranks.json.read_text())
+    same = commbench("compare", str(four_ranks.json), str(again))
     assert same.returncode == 0, same.stderr
 
 
@@ -148,13 +166,17 @@ def test_interrupting_a_soak_keeps_every_row_and_the_analysis(tmp_path):
     per_pass = 3 * 4 + 1  # 3 pairs both ways, bandwidth and latency; the node's all_reduce
     wait_for_rows(csv_path, per_pass + 1, proc)  # into the second pass
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGINT, stderr
     payload = json.loads(json_path.read_text())
     assert payload["meta"]["status"] == "interrupted"
-    assert len(payload["rows"]) == len(csv_rows(csv_path)) > per_pass
+    kept = len(payload["rows"])
+    assert kept == len(csv_rows(csv_path)) > per_pass
     assert max(row["repeat"] for row in payload["rows"]) >= 1
     assert payload["fabric"]["passes"]  # the analysis of the passes it finished
+    # the console concludes on the rows so far (the fabric's tables, not a pattern's) and says so
+    assert stdout.count("verdict: ") == 1 and "bandwidth GB/s, 64 KiB messages" in " ".join(stdout.split())
+    assert f"interrupted by SIGINT: {kept} rows measured and kept" in stdout
 
 
 @pytest.mark.parametrize("args, message", [

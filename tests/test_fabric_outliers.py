@@ -216,6 +216,7 @@ def test_a_host_named_on_its_one_all_reduce_is_rechecked_and_cleared_by_a_better
     assert analyse(again, hostnames, 2.0).suspects == []
 
 
+@pytest.mark.processes
 def test_reading_a_fabric_result_does_not_import_torch():
     code = ("import sys, commbench.fabric.hooks, commbench.fabric.tables, commbench.fabric.heatmap; "
             "print('torch' in sys.modules)")

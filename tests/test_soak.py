@@ -7,8 +7,8 @@ import torch
 
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.errors import UsageError
+from commbench.output import NullOutput
 from commbench.results import Row
-from commbench.runner import NullOutput
 from commbench.soak import parse_duration, repeat_until
 from tests.dist_helpers import run_ranks
 

@@ -7,7 +7,9 @@ Computed from rows and host names alone, the same way on every rank during a run
 the exit status) and on a saved file (plot, report); to_dict is the `fabric` part of results.json.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from commbench.fabric.drift import PassMedian, Spike, drift_line, find_spikes, pass_medians
 from commbench.fabric.matrices import (
@@ -20,6 +22,7 @@ from commbench.fabric.matrices import (
 )
 from commbench.fabric.outliers import (
     BANDWIDTH,
+    DEFAULT_SLOW_FACTOR,
     LATENCY,
     MAD_TO_SIGMA,
     MIN_JUDGED,
@@ -119,3 +122,12 @@ def analyse(rows: list[Row], hostnames: list[str], slow_factor: float) -> Fabric
     suspects, judged = find_suspects(values, hostnames, matrices.nodes, slow_factor)
     return FabricAnalysis(matrices, judged, suspects, find_spikes(rows, slow_factor), pass_medians(rows),
                           medians, slow_factor)
+
+
+def recorded_slow_factor(config: Mapping[str, Any]) -> float:
+    """The --slow-factor a run recorded (its meta.config), or the default where that is missing or not a
+    factor above 1 (a file from elsewhere)."""
+    factor = config.get("slow_factor", DEFAULT_SLOW_FACTOR)
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or not factor > 1:
+        return DEFAULT_SLOW_FACTOR
+    return float(factor)

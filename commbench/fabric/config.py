@@ -1,13 +1,15 @@
 """`commbench fabric`'s configuration, and what can be checked of it before measuring.
 
-resolve_fabric checks what needs no world (values, combinations) before anything starts;
-check_fabric_world what needs the world size, and memory_problem whether a rank's buffers fit. Each
-problem is one UsageError (exit status 2).
+FabricConfig nests the LaunchConfig every benchmark has (config.py) and is a config.Benchmark:
+resolve_fabric checks what needs no world (values, combinations, and the launch settings through
+resolve_launch) before anything starts; check_world what needs the world size (launch calls it before
+spawning and on every rank), and memory_problem whether a rank's buffers fit. Each problem is one
+UsageError (exit status 2).
 """
 
 from dataclasses import dataclass, field, replace
 
-from commbench.config import resolve_backend_and_device
+from commbench.config import LaunchConfig, check_count, resolve_launch
 from commbench.errors import UsageError
 from commbench.fabric.matrices import KIND
 from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
@@ -18,10 +20,11 @@ DEFAULT_SIZE = 64 * 2**20
 DEFAULT_LATENCY_SIZE = 8
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FabricConfig:
-    """One `commbench fabric` run; the launch fields (backend ... argv) are those of every command."""
+    """One `commbench fabric` run."""
 
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
     size: int = DEFAULT_SIZE  # bytes per message of the bandwidth measurement
     latency_size: int = DEFAULT_LATENCY_SIZE  # bytes per message of the ping-pong
     iters: int = 10  # timed messages per direction and measurement
@@ -32,49 +35,30 @@ class FabricConfig:
     passes: int | None = None  # soak: at most this many passes (alone: exactly this many)
     slow_factor: float = DEFAULT_SLOW_FACTOR  # the outlier rule's minimum gap (see outliers.py)
     fail_on_outlier: bool = False
-    backend: str | None = None
-    device: str | None = None
-    nproc: int = 2
-    timeout_s: float = 300.0
-    output_dir: str = "results"
-    csv_path: str | None = None
-    json_path: str | None = None
-    quiet: bool = False
-    argv: list[str] = field(default_factory=list)
     kind: str = KIND
 
     def check_world(self, world_size: int) -> None:
-        """What a world of this size rules out (launch's Benchmark protocol on main calls it)."""
-        check_fabric_world(self, world_size)
+        """What the world size decides: a pair needs two ranks, and --sample K needs K peers."""
+        if world_size < 2:
+            raise UsageError(f"fabric measures pairs of ranks: a world of {world_size} rank has none "
+                             "(--nproc 2 or more, or launch more ranks)")
+        if self.sample is not None:
+            check_sample(self.sample, world_size)
 
 
 def resolve_fabric(config: FabricConfig) -> FabricConfig:
     """A validated copy with backend and device filled in; UsageError on the first problem."""
     for flag, value, minimum in (("--size", config.size, 1), ("--latency-size", config.latency_size, 1),
-                                 ("--iters", config.iters, 1), ("--warmup", config.warmup, 0),
-                                 ("--nproc", config.nproc, 1)):
-        if value < minimum:
-            raise UsageError(f"{flag} {value} must be at least {minimum}")
-    if config.passes is not None and config.passes < 1:
-        raise UsageError(f"--repeat {config.passes} must be at least 1")
-    if config.sample is not None and config.sample < 1:
-        raise UsageError(f"--sample {config.sample} must be at least 1")
+                                 ("--iters", config.iters, 1), ("--warmup", config.warmup, 0)):
+        check_count(flag, value, minimum)
+    if config.passes is not None:
+        check_count("--repeat", config.passes, minimum=1)
+    if config.sample is not None:
+        check_count("--sample", config.sample, minimum=1)
     if not config.slow_factor > 1:
         raise UsageError(f"--slow-factor {config.slow_factor:g} must be above 1 (2: half the median "
                          "bandwidth or twice the median latency)")
-    if config.timeout_s <= 0:
-        raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
-    backend, device = resolve_backend_and_device(config.backend, config.device)
-    return replace(config, backend=backend, device=device)
-
-
-def check_fabric_world(config: FabricConfig, world_size: int) -> None:
-    """What the world size decides: a pair needs two ranks, and --sample K needs K peers."""
-    if world_size < 2:
-        raise UsageError(f"fabric measures pairs of ranks: a world of {world_size} rank has none "
-                         "(--nproc 2 or more, or launch more ranks)")
-    if config.sample is not None:
-        check_sample(config.sample, world_size)
+    return replace(config, launch=resolve_launch(config.launch))
 
 
 def buffer_bytes(config: FabricConfig) -> int:

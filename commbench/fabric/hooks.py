@@ -12,9 +12,8 @@ from html import escape
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.fabric.analysis import FabricAnalysis, analyse
+from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
 from commbench.fabric.matrices import KIND, fabric_rows
-from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
 from commbench.results import SavedRun
 from commbench.sizes import format_size
 
@@ -27,7 +26,6 @@ def load_analysis(run: SavedRun) -> FabricAnalysis:
     """A saved fabric run's analysis, with the slow factor it was run with; UsageError on a file whose
     rows do not fit its host list."""
     hostnames = run.meta.get("hostnames")
-    config = run.meta.get("config") or {}
     if not isinstance(hostnames, list) or not all(isinstance(name, str) for name in hostnames):
         raise UsageError(f"{run.path}: a fabric result without its ranks' host names (meta.hostnames)")
     for row in fabric_rows(run.rows):
@@ -35,10 +33,7 @@ def load_analysis(run: SavedRun) -> FabricAnalysis:
             if rank is not None and not (isinstance(rank, int) and 0 <= rank < len(hostnames)):
                 raise UsageError(f"{run.path}: a fabric row names rank {rank!r}, outside the "
                                  f"{len(hostnames)} ranks of its host list")
-    factor = config.get("slow_factor", DEFAULT_SLOW_FACTOR)
-    if not isinstance(factor, int | float) or not factor > 1:
-        factor = DEFAULT_SLOW_FACTOR
-    return analyse(run.rows, hostnames, float(factor))
+    return analyse(run.rows, hostnames, recorded_slow_factor(run.meta.get("config") or {}))
 
 
 def _title(run: SavedRun) -> str:
@@ -70,28 +65,31 @@ def _image_uri(figure: object) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def fabric_report_page(runs: list[SavedRun]) -> str | None:
-    """`commbench report` on fabric results: a page of each one's metadata, heatmaps, tables and
-    verdict; None when no run is a fabric run (the ordinary report)."""
+def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -> str | None:
+    """`commbench report` on fabric results: a page of each one's metadata, hardware, heatmaps (or why
+    there are none: ``plots_missing``), verdict and tables; None when no run is a fabric run (the
+    ordinary report)."""
     fabric = [run for run in runs if is_fabric_run(run)]
     if not fabric:
         return None
     if len(fabric) < len(runs):
         raise UsageError("report: fabric results and sweep results go in separate reports")
     from commbench.fabric.heatmap import heatmap_figure
-    from commbench.fabric.tables import closing_lines, fabric_tables
+    from commbench.fabric.tables import closing_lines, fabric_tables, size_texts
+    from commbench.provenance.html import hardware_table_html
     from commbench.report import STYLE, html_table, metadata_html
 
     parts = ["<h1>commbench fabric report</h1>"]
     for run in fabric:
         analysis = load_analysis(run)
-        config = run.meta.get("config") or {}
-        parts.append(f"<h2>{escape(_title(run))}</h2>{metadata_html(run)}")
-        parts.append(f'<img alt="bandwidth and latency by pair" '
-                     f'src="{_image_uri(heatmap_figure(analysis, run.rows, _title(run)))}">')
+        parts.append(f"<h2>{escape(_title(run))}</h2>{metadata_html(run)}{hardware_table_html(run.meta)}")
+        if plots_missing:
+            parts.append(f"<p>No heatmaps: {escape(plots_missing)}</p>")
+        else:
+            parts.append(f'<img alt="bandwidth and latency by pair" '
+                         f'src="{_image_uri(heatmap_figure(analysis, run.rows, _title(run)))}">')
         parts.append(f"<pre>{escape(chr(10).join(closing_lines(analysis)))}</pre>")
-        sizes = [format_size(value) if isinstance(value, int) else "?"
-                 for value in (config.get("size"), config.get("latency_size"))]
+        sizes = size_texts(run.meta.get("config") or {})
         parts.extend(html_table(table) for table in fabric_tables(analysis, *sizes))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>commbench fabric report</title><style>{STYLE}</style></head><body>\n"

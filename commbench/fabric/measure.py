@@ -11,32 +11,39 @@ after another while every other rank waits at the same barriers; so do the ping-
 host has more ranks than cores (latency_alone), since concurrent ones would time the CPU scheduler.
 A rank without a pair (a bye, or waiting its turn) issues nothing. After the round, every rank's times
 are gathered; a sample of a pair is the slower of its two ranks' times for that message (the transfer is
-over when both sides are done), and a latency sample is half of that round trip. Nothing inside a timed
-region allocates: the buffers exist before the first round. Before every round the ranks check in, so a
-missing rank is named and a stop (a signal) is agreed on between rounds.
+over when both sides are done), and a latency sample is half of that round trip. Rows are built by
+rows.make_row from the measuring ranks' samples (the pair's, src_rank first; a node group's, in rank
+order), so they carry every row's statistics and provenance columns; a fabric row's rank_mean_us is
+therefore by position in that list, not by world rank. Nothing inside a timed region allocates: the
+buffers exist before the first round. Before every round the ranks check in, so a missing rank is named
+and a stop (a signal) is agreed on between rounds.
 """
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.errors import RunError, Terminated, UsageError, brief
+from commbench.collectives import REGISTRY
+from commbench.errors import Terminated, UsageError, brief, failures_named
 from commbench.fabric.config import FabricConfig, available_host_bytes, memory_problem
-from commbench.fabric.matrices import KIND
+from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, KIND, LATENCY_COLLECTIVE
 from commbench.fabric.schedule import Round, Schedule
 from commbench.groups import ranks_by_host
+from commbench.output import Output
 from commbench.results import Row
-from commbench.runner import Output
+from commbench.rows import make_row
+from commbench.runner import Session
+from commbench.sampling import Sampled
 from commbench.sizes import format_size
-from commbench.stats import algbw_gbps, slowest_rank_per_iteration, summarize
-from commbench.timing import time_sync, warm_up
+from commbench.timing import BoundOp, time_sync, warm_up
 
 PHASES = ("first to second", "second to first", "ping led by first", "ping led by second")
 LATENCY_ITERS_PER_ITER = 5  # small messages are cheap, and their times noisier
+P2P_UNI, PING_PONG, ALL_REDUCE = (REGISTRY[name] for name in (BANDWIDTH_COLLECTIVE, LATENCY_COLLECTIVE,
+                                                              "all_reduce"))
+ROUND_TRIP_SHARE = 0.5  # a latency sample is half a round trip, as the ping_pong collective reports
 
 
 @dataclass(frozen=True)
@@ -80,12 +87,12 @@ def allocate_buffers(backend: Backend, config: FabricConfig, hostnames: list[str
 @dataclass(frozen=True)
 class NodeGroups:
     """The all_reduce groups: the ranks of each host that has two or more, and the first rank of every
-    host (when there are two hosts or more); the process-group handles of this rank's groups."""
+    host (when there are two hosts or more); this rank's process groups for them."""
 
     intra: tuple[tuple[int, ...], ...]
     inter: tuple[tuple[int, ...], ...]
-    intra_handle: Any
-    inter_handle: Any
+    intra_process_group: Any
+    inter_process_group: Any
 
 
 def node_groups(backend: Backend, hostnames: list[str]) -> NodeGroups:
@@ -93,14 +100,10 @@ def node_groups(backend: Backend, hostnames: list[str]) -> NodeGroups:
     hosts = ranks_by_host(hostnames)
     intra = tuple(tuple(ranks) for ranks in hosts.values() if len(ranks) > 1)
     inter = (tuple(ranks[0] for ranks in hosts.values()),) if len(hosts) > 1 else ()
-    handles = []
-    for members in (intra, inter):
-        try:
-            handles.append(backend.new_groups([list(ranks) for ranks in members]) if members else None)
-        except Exception as exc:
-            raise RunError(f"rank {backend.rank} could not create the fabric's node groups: {brief(exc)}") \
-                from exc
-    return NodeGroups(intra, inter, handles[0], handles[1])
+    with failures_named(lambda: f"rank {backend.rank} could not create the fabric's node groups"):
+        intra_group, inter_group = (backend.new_groups([list(ranks) for ranks in members])
+                                    if members else None for members in (intra, inter))
+    return NodeGroups(intra, inter, intra_group, inter_group)
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ class FabricContext:
     schedule: Schedule
     buffers: FabricBuffers
     nodes: NodeGroups
-    stop_requested: Callable[[], int]
+    session: Session  # the stops every rank agrees on, the provenance of rows
     latency_alone: bool = False  # ping-pongs one pair at a time even in a concurrent round
 
     @property
@@ -121,11 +124,8 @@ class FabricContext:
         return "serial" if self.config.serial else "concurrent"
 
 
-def _nothing(args: CollectiveArgs) -> None:
+def _sit_out(backend: Backend, args: CollectiveArgs) -> None:
     """The op of a rank that sits a measurement out: it still meets the others at every barrier."""
-
-
-Phase = tuple[Callable[[CollectiveArgs], None], CollectiveArgs]
 
 
 def phase_iters(config: FabricConfig) -> list[int]:
@@ -133,32 +133,32 @@ def phase_iters(config: FabricConfig) -> list[int]:
     return [config.iters] * 2 + [config.iters * LATENCY_ITERS_PER_ITER] * 2
 
 
-def _pair_phases(ctx: FabricContext, peer: int | None, is_first: bool) -> list[Phase]:
+def _pair_phases(ctx: FabricContext, peer: int | None, is_first: bool) -> list[BoundOp]:
     """This rank's four measurements with ``peer`` (None: none, but the same barriers)."""
     backend, buffers = ctx.backend, ctx.buffers
     if peer is None:
-        idle = CollectiveArgs(input=None, output=None)
-        return [(_nothing, idle)] * len(PHASES)
+        return [BoundOp(backend, CollectiveArgs(input=None, output=None), _sit_out)] * len(PHASES)
 
-    def transfer(sends: bool) -> CollectiveArgs:
-        return CollectiveArgs(input=buffers.send, output=buffers.receive, send_peer=peer if sends else None,
-                              recv_peer=None if sends else peer)
+    def transfer(sends: bool) -> BoundOp:
+        return BoundOp(backend, CollectiveArgs(input=buffers.send, output=buffers.receive,
+                                               send_peer=peer if sends else None,
+                                               recv_peer=None if sends else peer), P2P_UNI.issue)
 
-    def ping(leads: bool) -> CollectiveArgs:
-        return CollectiveArgs(input=buffers.ping, output=buffers.echo, peer=peer, leads=leads)
+    def ping(leads: bool) -> BoundOp:
+        args = CollectiveArgs(input=buffers.ping, output=buffers.echo, peer=peer, leads=leads)
+        return BoundOp(backend, args, PING_PONG.issue)
 
-    return [(backend.p2p, transfer(is_first)), (backend.p2p, transfer(not is_first)),
-            (backend.ping_pong, ping(is_first)), (backend.ping_pong, ping(not is_first))]
+    return [transfer(is_first), transfer(not is_first), ping(is_first), ping(not is_first)]
 
 
-def _time_phases(ctx: FabricContext, phases: list[Phase], indices: tuple[int, ...]) -> list[float]:
+def _time_phases(ctx: FabricContext, phases: list[BoundOp], indices: tuple[int, ...]) -> list[float]:
     values: list[float] = []
     counts = phase_iters(ctx.config)
     for index in indices:
-        call, args = phases[index]
+        op = phases[index]
         ctx.backend.barrier()
-        warm_up(call, ctx.backend, args, ctx.config.warmup)
-        values.extend(time_sync(call, ctx.backend, args, counts[index], barrier_per_iter=index < 2).seconds)
+        warm_up(op, ctx.config.warmup)
+        values.extend(time_sync(op, counts[index], barrier_per_iter=index < 2).seconds)
     return values
 
 
@@ -185,25 +185,18 @@ def time_round(ctx: FabricContext, one: Round) -> list[float]:
             + _time_pairs(ctx, one, (2, 3), serial or ctx.latency_alone))
 
 
-def fabric_row(ctx: FabricContext, collective: str, size: int, seconds: list[float], **where: Any) -> Row:
-    """A row of fabric's, one sample per message timed: ``where`` says what it measured (src_rank and
-    dst_rank, or a group's fields); bandwidth rows are bytes, all_reduce rows float32 sums (give dtype,
-    op, busbw_factor)."""
-    samples_us = [round(value * 1e6, 3) for value in seconds]
-    summary = summarize(samples_us)
-    algbw = algbw_gbps(size, summary.p50 * 1e-6)
-    factor = where.pop("busbw_factor", 1.0)
-    dtype = where.pop("dtype", "uint8")
-    return Row(collective=collective, backend=ctx.backend.name, device=ctx.backend.device.type,
-               world_size=ctx.backend.world_size, dtype=dtype, mode="sync", op=where.pop("op", ""),
-               size_bytes=size, requested_bytes=size, count_per_rank=size // (4 if dtype == "float32" else 1),
-               iters=len(samples_us), warmup=ctx.config.warmup, time_us_p50=summary.p50,
-               time_us_p95=summary.p95, time_us_min=summary.min, time_us_max=summary.max,
-               time_us_mean=summary.mean, algbw_gbps=algbw,
-               busbw_gbps=None if algbw is None else algbw * factor, busbw_factor=factor,
-               samples=len(samples_us), time_us_p99=summary.p99, time_us_stdev=summary.stdev,
-               time_us_cv=summary.cv, ci95_rel=summary.ci95_rel, samples_us=samples_us, pattern=KIND,
-               phase=where.pop("phase", ctx.phase), **where)
+def fabric_row(ctx: FabricContext, sampled: Sampled, time_scale: float = 1.0, **identity: Any) -> Row:
+    """A row of fabric's through rows.make_row: ``identity`` says what it measured (collective, size_bytes
+    and src_rank and dst_rank, or a node group's fields, phase, ...); the rest is every fabric row's."""
+    backend = ctx.backend
+    fields: dict[str, Any] = dict(backend=backend.name, device=backend.device.type,
+                                  world_size=backend.world_size, dtype="uint8", mode="sync", op="",
+                                  warmup=ctx.config.warmup, busbw_factor=1.0, pattern=KIND, phase=ctx.phase)
+    fields.update(identity)
+    size = fields["size_bytes"]
+    count = size // (4 if fields["dtype"] == "float32" else 1)
+    return make_row(sampled, time_scale=time_scale, context=ctx.session.row_context, requested_bytes=size,
+                    count_per_rank=count, **fields)
 
 
 def round_rows(ctx: FabricContext, one: Round, per_rank: list[list[float]], phase: str) -> list[Row]:
@@ -213,35 +206,22 @@ def round_rows(ctx: FabricContext, one: Round, per_rank: list[list[float]], phas
     starts = [sum(counts[:index]) for index in range(len(counts))]
     rows = []
     for first, second in one.pairs:
-        def seconds(index: int, pair: tuple[int, int] = (first, second)) -> list[float]:
+        for index, (src, dst) in enumerate(((first, second), (second, first)) * 2):
             window = slice(starts[index], starts[index] + counts[index])
-            return slowest_rank_per_iteration([per_rank[pair[0]][window], per_rank[pair[1]][window]])
-
-        rows += [fabric_row(ctx, "p2p_uni", config.size, seconds(0), src_rank=first, dst_rank=second,
-                            phase=phase),
-                 fabric_row(ctx, "p2p_uni", config.size, seconds(1), src_rank=second, dst_rank=first,
-                            phase=phase)]
-        rows += [fabric_row(ctx, "ping_pong", config.latency_size, [value / 2 for value in seconds(index)],
-                            src_rank=leader, dst_rank=follower, phase=phase)
-                 for index, leader, follower in ((2, first, second), (3, second, first))]
+            sampled = Sampled([per_rank[src][window], per_rank[dst][window]], counts[index])
+            pair = dict(src_rank=src, dst_rank=dst, phase=phase)
+            if index < 2:
+                rows.append(fabric_row(ctx, sampled, collective=P2P_UNI.name, size_bytes=config.size, **pair))
+            else:
+                rows.append(fabric_row(ctx, sampled, ROUND_TRIP_SHARE, collective=PING_PONG.name,
+                                       size_bytes=config.latency_size, **pair))
     return rows
-
-
-@contextmanager
-def named_failures(what: str, rank: int) -> Iterator[None]:
-    """A backend failure becomes a RunError naming what was measured and the rank."""
-    try:
-        yield
-    except (RunError, UsageError, Terminated):
-        raise
-    except Exception as exc:
-        raise RunError(f"fabric {what} failed on rank {rank}: {brief(exc)}") from exc
 
 
 def _check_in(ctx: FabricContext, label: str) -> None:
     config = ctx.config
     signature = f"fabric|{label}|{config.size}|{config.latency_size}|{config.iters}|{config.serial}"
-    stop = ctx.backend.check_in(label, signature, ctx.stop_requested())
+    stop = ctx.backend.check_in(label, signature, ctx.session.stop_requested())
     if stop:
         raise Terminated(stop)
 
@@ -251,24 +231,26 @@ def measure_nodes(ctx: FabricContext, output: Output, phase: str) -> list[Row]:
     _check_in(ctx, f"fabric {phase} all_reduce within and across nodes")
     backend, rows = ctx.backend, []
     tensor = ctx.buffers.reduce_view()
-    for layout, members, handle in (("intra-node", ctx.nodes.intra, ctx.nodes.intra_handle),
-                                    ("inter-node", ctx.nodes.inter, ctx.nodes.inter_handle)):
+    for layout, members, process_group in (
+            ("intra-node", ctx.nodes.intra, ctx.nodes.intra_process_group),
+            ("inter-node", ctx.nodes.inter, ctx.nodes.inter_process_group)):
         if not members:
             continue
         member = any(backend.rank in ranks for ranks in members)
-        args = CollectiveArgs(input=tensor, output=tensor, group=handle)
-        call = backend.all_reduce if member else _nothing
-        with named_failures(f"{layout} all_reduce at {format_size(tensor.nbytes)}", backend.rank):
-            warm_up(call, backend, args, ctx.config.warmup)
-            seconds = time_sync(call, backend, args, ctx.config.iters, barrier_per_iter=True).seconds
+        op = BoundOp(backend, CollectiveArgs(input=tensor, output=tensor, process_group=process_group),
+                     ALL_REDUCE.issue if member else _sit_out)
+        what = f"fabric {layout} all_reduce at {format_size(tensor.nbytes)} failed on rank {backend.rank}"
+        with failures_named(lambda: what):  # noqa: B023 - used at once
+            warm_up(op, ctx.config.warmup)
+            seconds = time_sync(op, ctx.config.iters, barrier_per_iter=True).seconds
             per_rank = backend.all_gather_floats(seconds)
         for ranks in members:
-            size = len(ranks)
             rows.append(fabric_row(
-                ctx, "all_reduce", tensor.nbytes, slowest_rank_per_iteration([per_rank[r] for r in ranks]),
-                dtype="float32", op="sum", busbw_factor=2 * (size - 1) / size, group_size=size,
-                group_layout=layout, group_count=len(members),
-                host=ctx.hostnames[ranks[0]] if layout == "intra-node" else "", phase=phase))
+                ctx, Sampled([per_rank[rank] for rank in ranks], ctx.config.iters),
+                collective=ALL_REDUCE.name, size_bytes=tensor.nbytes, dtype="float32", op="sum",
+                busbw_factor=ALL_REDUCE.busbw_factor(len(ranks)), group_size=len(ranks), group_layout=layout,
+                group_count=len(members), host=ctx.hostnames[ranks[0]] if layout == "intra-node" else "",
+                phase=phase))
             output.row(rows[-1])
     return rows
 
@@ -276,13 +258,14 @@ def measure_nodes(ctx: FabricContext, output: Output, phase: str) -> list[Row]:
 def measure_rounds(ctx: FabricContext, rounds: tuple[Round, ...], output: Output, phase: str) -> list[Row]:
     """Every round, its rows reaching ``output`` as soon as the round is over; ``phase`` goes in the
     rows (concurrent, serial, or recheck)."""
-    backend, rows = ctx.backend, []
+    backend, config, rows = ctx.backend, ctx.config, []
     for index, one in enumerate(rounds):
         label = f"fabric {phase} round {index + 1} of {len(rounds)}"
         _check_in(ctx, label)
         output.working(label)
-        with named_failures(f"{phase} round {index + 1} (p2p at {format_size(ctx.config.size)}, ping_pong "
-                            f"at {format_size(ctx.config.latency_size)})", backend.rank):
+        what = (f"fabric {phase} round {index + 1} (p2p at {format_size(config.size)}, ping_pong at "
+                f"{format_size(config.latency_size)}) failed on rank {backend.rank}")
+        with failures_named(lambda: what):  # noqa: B023 - used at once
             per_rank = backend.all_gather_floats(time_round(ctx, one))
         for row in round_rows(ctx, one, per_rank, phase):
             output.row(row)

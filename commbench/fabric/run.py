@@ -1,8 +1,10 @@
 """`commbench fabric` on the ranks: set up once, measure pass after pass, conclude, and exit accordingly.
 
 Every rank measures, gathers every other rank's times and draws the same conclusions from the same
-rows, so each knows the exit status; rank 0 alone prints and writes. The `fabric` part of results.json
-is rewritten after every pass, so an interrupted soak leaves the analysis of the passes it finished.
+rows, so each knows the exit status; rank 0's output alone records. The `fabric` part of results.json
+is rewritten after every pass, so an interrupted soak leaves the analysis of the passes it finished;
+once every row is in, the run is one table (Output.table_done), which the console shows as the
+matrices and the verdict (fabric.tables; an interrupted run shows those of the rows so far).
 """
 
 import os
@@ -12,15 +14,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from commbench.backends.base import Backend
-from commbench.console import make_console
 from commbench.errors import UsageError
 from commbench.fabric.analysis import FabricAnalysis, analyse
-from commbench.fabric.config import (
-    KIND,
-    FabricConfig,
-    available_host_bytes,
-    memory_problem,
-)
+from commbench.fabric.config import KIND, FabricConfig, available_host_bytes, memory_problem
 from commbench.fabric.measure import (
     FabricContext,
     allocate_buffers,
@@ -29,9 +25,9 @@ from commbench.fabric.measure import (
     node_groups,
 )
 from commbench.fabric.schedule import make_schedule, pack_rounds
-from commbench.fabric.tables import print_fabric
+from commbench.output import Output
 from commbench.results import Row
-from commbench.runner import Output, Session
+from commbench.runner import Session
 from commbench.sizes import format_size
 from commbench.soak import repeat_until
 
@@ -58,11 +54,10 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     """The work launch runs on every rank (commbench.launch.Work); every row, stamped."""
     (config,) = configs
     hostnames = list(session.hostnames)
-    config.check_world(backend.world_size)
     buffers = allocate_buffers(backend, config, hostnames)
     schedule = make_schedule(hostnames, config.sample)
     ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
-                        session.stop_requested, _latency_alone(backend, config, hostnames))
+                        session, _latency_alone(backend, config, hostnames))
     output.note(_summary(ctx))
     if ctx.latency_alone and not config.serial:
         output.note("a host has more ranks than cores: ping-pongs run one pair at a time, since concurrent "
@@ -76,11 +71,12 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
 
     rows = repeat_until(config.duration_s, partial(fabric_pass, ctx), output, backend, after_pass=publish,
                         passes=config.passes)
+    output.table_done(rows)
     analysis = analyse(rows, hostnames, config.slow_factor)
     if outcome is not None:
         outcome.suspects = [suspect.name for suspect in analysis.suspects]
     if backend.rank == 0:
-        _conclude(config, analysis)
+        _fail_on_outlier_line(config, analysis)
     return rows
 
 
@@ -114,9 +110,7 @@ def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
     return rows
 
 
-def _conclude(config: FabricConfig, analysis: FabricAnalysis) -> None:
-    print_fabric(make_console(config.quiet), analysis, format_size(config.size),
-                 format_size(config.latency_size))
+def _fail_on_outlier_line(config: FabricConfig, analysis: FabricAnalysis) -> None:
     if config.fail_on_outlier and analysis.suspects:
         names = ", ".join(suspect.name for suspect in analysis.suspects)
         count = len(analysis.suspects)
@@ -124,24 +118,18 @@ def _conclude(config: FabricConfig, analysis: FabricAnalysis) -> None:
               file=sys.stderr)
 
 
-def check_before_spawning(config: FabricConfig) -> None:
-    """What the spawner can check of a world of --nproc local ranks before starting them."""
-    config.check_world(config.nproc)
-    if config.device == "cpu":
-        problem = memory_problem(config, config.nproc, available_host_bytes())
-        if problem is not None:
-            raise UsageError(problem)
-
-
 def launch_fabric(config: FabricConfig, environ: Mapping[str, str] | None = None) -> int:
-    """The launch glue, the one place fabric meets commbench.launch: check what can be checked, run
-    run_fabric on the ranks (spawned, or this one of a launched job), and exit 1 when --fail-on-outlier
-    is set and the ranks named suspects."""
+    """The launch glue, the one place fabric meets commbench.launch: refuse buffers that cannot fit
+    before spawning local ranks (launch checks the world), run run_fabric on the ranks (spawned, or
+    this one of a launched job), and exit 1 when --fail-on-outlier is set and the ranks named suspects."""
     from commbench import launch
 
     environ = os.environ if environ is None else environ
-    if launch.detect(environ, config.backend) is None:  # no launcher: the world will be --nproc ranks
-        check_before_spawning(config)
+    setup = config.launch
+    if launch.detect(environ, setup.backend) is None and setup.device == "cpu":
+        problem = memory_problem(config, setup.nproc, available_host_bytes())  # they share this host
+        if problem is not None:
+            raise UsageError(problem)
     outcome = Outcome()
-    status = launch.launch([config], environ, work=partial(run_fabric, outcome=outcome))
+    status = launch.launch([config], partial(run_fabric, outcome=outcome), environ)
     return 1 if status == 0 and config.fail_on_outlier and outcome.suspects else status

@@ -1,16 +1,22 @@
-"""Fabric's tables and closing lines, as text: the console prints them, report renders them as HTML.
+"""Fabric's tables and closing lines, as text: the console prints them (ConsoleReporter.table_done, at
+the end of a run or of what an interrupted one measured), report renders them as HTML.
 
 Ranks are grouped by host (hosts in order of their first rank); a slow cell carries a '*'. The rank x
 rank matrices are shown up to MAX_RANK_COLUMNS ranks; beyond that only the host matrices (the JSON
 always has both).
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 
 from commbench.console import TextTable, print_table
-from commbench.fabric.analysis import FabricAnalysis
+from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
 from commbench.fabric.outliers import BANDWIDTH, LATENCY, Metric
+from commbench.results import Row
+from commbench.sizes import format_size
 
 MAX_RANK_COLUMNS = 32
 MAX_SLOW_SHOWN = 10
@@ -99,3 +105,18 @@ def print_fabric(console: Console, analysis: FabricAnalysis, size_text: str, lat
     for line in closing_lines(analysis):
         style = "bold" if line.startswith("verdict") else ""
         console.print(f"[{style}]{escape(line)}[/{style}]" if style else escape(line))
+
+
+def size_texts(config: Mapping[str, Any]) -> tuple[str, str]:
+    """A run's --size and --latency-size as text, from its recorded configuration ('?' where missing)."""
+    size, latency_size = (format_size(value) if isinstance(value, int) else "?"
+                          for value in (config.get("size"), config.get("latency_size")))
+    return size, latency_size
+
+
+def print_fabric_rows(console: Console, rows: list[Row], hostnames: list[str], config: Mapping[str, Any]
+                      ) -> None:
+    """A run's fabric rows on the console: its matrices, slow pairs, spikes and verdict, concluded with
+    the --slow-factor it recorded (``config``: the run's meta.config)."""
+    analysis = analyse(rows, hostnames, recorded_slow_factor(config))
+    print_fabric(console, analysis, *size_texts(config))
