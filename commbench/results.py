@@ -1,11 +1,9 @@
 """The result model (rows and run metadata) and its files.
 
-Rows are written as they are measured: the CSV is appended, flushed and synced for every row; the JSON
-is rewritten atomically (temporary file, fsync, rename) for every row of the first JSON_EVERY_ROW_UP_TO,
-then at most every JSON_INTERVAL_S while rows arrive (longer when a rewrite itself is slow), and at once
-for fits, sections and the end of the run. So an interrupted or failed run keeps every row it finished,
-no reader ever sees a half-written JSON file, and a run of thousands of rows (fabric) does not spend its
-time rewriting the JSON (each rewrite holds every row: rewriting on every row costs the square).
+Rows are written as measured: the CSV appended, flushed and synced per row; the JSON rewritten atomically
+(temporary file, fsync, rename) per row up to JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S
+(a rewrite holds every row) and at once for fits, sections and the end. A run that fails or is
+interrupted keeps every row it finished; no reader ever sees a half-written JSON file.
 """
 
 import csv
@@ -26,7 +24,7 @@ from commbench.errors import UsageError
 
 SCHEMA_VERSION = 1
 JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row
-JSON_INTERVAL_S = 1.0  # beyond, while rows arrive, the JSON is rewritten at most this often
+JSON_INTERVAL_S = 1.0  # beyond, while rows arrive, at most this often
 JSON_COST_SHARE = 10  # ... and no more often than every 10 times what the last rewrite took
 
 
@@ -102,11 +100,10 @@ class Row:
     pct_of_peak: float | None = None  # 100 x busbw / peak_gbps
     expected_gbps: float | None = None  # --expect: the baseline's busbw for this row
     verdict: str = ""  # --expect / --fail-below: PASS, WARN or FAIL; '' when not judged
-    # Fabric rows (commbench fabric): one direction of one pair of ranks, or one node's all_reduce.
+    # commbench fabric: one direction of a pair of ranks, or a node's all_reduce; and when, in a soak.
     src_rank: int | None = None  # the sending rank (ping_pong: the one that sends first)
     dst_rank: int | None = None  # the receiving rank
     host: str = ""  # the host an intra-node all_reduce row measured
-    # Soak (--duration) and fabric: when the row was measured. Older files load with None and 0.
     elapsed_s: float | None = None  # seconds from the start of the run (the soak) to this row
     repeat: int = 0  # the soak's pass that measured the row, from 0
 
@@ -255,13 +252,8 @@ class ResultWriter:
 
     def _write_json(self) -> None:
         started = time.monotonic()
-        write_json_atomic(self.json_path, {
-            "schema": SCHEMA_VERSION,
-            "meta": asdict(self.meta),
-            "rows": self._row_dicts,
-            "fits": self.fits,
-            **self.sections,
-        })
+        write_json_atomic(self.json_path, {"schema": SCHEMA_VERSION, "meta": asdict(self.meta),
+                                           "rows": self._row_dicts, "fits": self.fits, **self.sections})
         now = time.monotonic()
         self._json_due = now + max(JSON_INTERVAL_S, JSON_COST_SHARE * (now - started))
 
