@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from commbench.fabric.analysis import analyse
-from commbench.fabric.hooks import draw_fabric
+from commbench.fabric.hooks import draw_fabric, fabric_report_page
 from commbench.results import load_run
 from commbench.spawn import free_port
 from commbench.stats import MIN_SAMPLES_FOR_CI
@@ -114,6 +114,12 @@ def test_report_shows_the_heatmaps_tables_and_verdict(four_ranks, tmp_path):
     html = page.read_text()
     assert "commbench fabric report" in html and "data:image/png;base64," in html
     assert "verdict: " in html and "bandwidth GB/s" in html
+
+
+def test_report_without_matplotlib_keeps_the_tables_and_verdict_and_says_why(four_ranks):
+    page = fabric_report_page([load_run(four_ranks.json)], "plots need matplotlib, which is not installed")
+    assert "No heatmaps: plots need matplotlib" in page and "data:image/png" not in page
+    assert "verdict: " in page and "bandwidth GB/s" in page
 
 
 def test_compare_refuses_a_fabric_result_against_a_sweep(four_ranks, two_runs, tmp_path):
