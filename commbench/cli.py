@@ -277,6 +277,9 @@ def pattern(ctx: click.Context) -> int:
                    "parameter shapes.")
 @click.option("--layers", type=int, default=None,
               help="Keep only the model's first N layer units (cuts a big model down for CPU).")
+@click.option("--fsdp-version", type=click.Choice(["2", "1"]), default="2", show_default=True,
+              help="2: torch's fully_shard (per-parameter shards, AVG); 1: FullyShardedDataParallel (a flat "
+                   "parameter per unit, summed between divisions).")
 @click.option("--bucket-mb", "buckets", default="unit", show_default=True,
               help="Comma list of reduce-scatter bucketings: 'unit' (one per FSDP unit) or a bucket size in "
                    "MiB (0: one reduce-scatter per parameter), e.g. unit,0,1,5,25,100.")
@@ -296,22 +299,31 @@ def pattern(ctx: click.Context) -> int:
 @click.option("--check", is_flag=True,
               help="Verify gathered parameters and reduced gradients, bucketed against unbucketed.")
 @click.option("--dtype", default="float32", show_default=True,
-              help="Parameter and gradient dtype: float32, bfloat16, float16 or float64.")
+              help="The model's dtype: float32, bfloat16, float16 or float64.")
+@click.option("--param-dtype", default=None,
+              help="Mixed precision: all-gather parameters in this dtype [default: --dtype].")
+@click.option("--reduce-dtype", default=None,
+              help="Mixed precision: reduce-scatter gradients in this dtype [default: --param-dtype].")
 @click.option("--warmup", type=int, default=0, show_default=True, help="Untimed steps per bucketing.")
 @click.option("--iters", type=int, default=3, show_default=True, help="Timed steps per bucketing.")
 @launch_options
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
 @click.pass_context
-def fsdp(ctx: click.Context, buckets: str, **options) -> int:
-    """One FSDP training step per unit of a model: all-gathers, padded and divided reduce-scatters,
+def fsdp(ctx: click.Context, buckets: str, fsdp_version: str, **options) -> int:
+    """One FSDP2 or FSDP1 training step, as torch issues it: all-gathers, padded reduce-scatters,
     bucketing, and (--overlap) their overlap with compute."""
     from commbench.launch import launch
     from commbench.patterns.fsdp import FsdpConfig, resolve_fsdp, run_fsdp
 
-    launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
-    setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
-    config = FsdpConfig(launch=setup, buckets=parse_list(buckets) or [buckets], **options)
+    config = FsdpConfig(launch=_launch_config(ctx, options), buckets=parse_list(buckets) or [buckets],
+                        fsdp_version=int(fsdp_version), **options)
     return launch([resolve_fsdp(config)], work=run_fsdp)
+
+
+def _launch_config(ctx: click.Context, options: dict[str, Any]) -> LaunchConfig:
+    """The launch settings among a pattern command's options (taken out of ``options``)."""
+    launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
+    return LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
 
 
 @cli.command("list")

@@ -35,8 +35,11 @@ def pattern_tables(rows: list[Row]) -> list:
         return []
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
     first = rows[0]
-    where = (f"{first.pattern} · {first.model} · {first.dtype} · {first.world_size} ranks · predivide "
-             f"{first.predivide:g} · postdivide {first.postdivide:g}")
+    scatter = next((row for row in rows if row.collective.startswith("reduce_scatter")), first)
+    reduction = "avg" if scatter.op == "avg" else \
+        f"predivide {first.predivide:g} · postdivide {first.postdivide:g}"
+    where = (f"{first.variant or first.pattern} · {first.model} · {first.dtype} · {first.world_size} ranks · "
+             f"{reduction}")
     found = [unit_table(rows, buckets, where), step_table(rows, buckets, where)]
     overlap = overlap_table(rows, buckets, where)
     if overlap is not None:
