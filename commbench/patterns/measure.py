@@ -179,10 +179,10 @@ def part_fields(run: StepRun, key: PartKey, infos: list[PartInfo | None]) -> dic
                 busbw_factor=busbw_factor(collective, group_size))
 
 
-def step_totals(breakdown: Breakdown) -> dict[str, int]:
-    """The size, count and calls of the whole step's collectives (each part at its largest)."""
+def step_totals(breakdown: Breakdown, keys: list[PartKey] | None = None) -> dict[str, int]:
+    """The size, count and calls of the step's collectives (each part at its largest), or of some."""
     found = {"size_bytes": 0, "count_per_rank": 0, "calls_per_step": 0}
-    for infos in breakdown.info.values():
+    for infos in (breakdown.info[key] for key in (breakdown.keys if keys is None else keys)):
         known = [info for info in infos if info is not None]
         found["size_bytes"] += max(info.size_bytes for info in known)
         found["count_per_rank"] += max(info.count_per_rank for info in known)

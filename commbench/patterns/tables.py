@@ -1,4 +1,5 @@
-"""Console tables for pattern rows (read from rows only, so they work on saved results too).
+"""Console tables for pattern rows (read from rows only, so they work on saved results too); the
+activation patterns' are in parallel_tables.py, these are FSDP's.
 
 1. Per unit: the all-gather times (forward, backward) and the reduce-scatter time of each bucketing side
    by side, p50 microseconds per step.
@@ -9,6 +10,7 @@
 
 from rich.table import Table
 
+from commbench.patterns.parallel_tables import parallel_tables
 from commbench.results import Row
 from commbench.stats import summarize
 
@@ -33,6 +35,8 @@ def pattern_tables(rows: list[Row]) -> list:
     rows = [row for row in rows if row.pattern]
     if not rows:
         return []
+    if rows[0].pattern != "fsdp":
+        return parallel_tables(rows)
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
     first = rows[0]
     scatter = next((row for row in rows if row.collective.startswith("reduce_scatter")), first)

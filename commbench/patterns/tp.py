@@ -1,0 +1,106 @@
+"""Tensor parallelism as Megatron-LM lays a transformer layer out, and torch.distributed.tensor.parallel
+runs it (ColwiseParallel / RowwiseParallel, SequenceParallel).
+
+A layer is two blocks, attention and MLP, each a column-parallel matmul (fused q/k/v; fused gate/up)
+followed by a row-parallel one. With sequence parallelism the activations between blocks are split along
+the sequence over the t ranks: per block the forward pass all-gathers the sequence-sharded input before
+the column-parallel matmul and reduce-scatters the row-parallel output; the backward pass mirrors it (the
+all-gather's gradient is a reduce-scatter, the reduce-scatter's an all-gather). Without sequence
+parallelism each block all-reduces its row-parallel output in forward and its column-parallel input's
+gradient in backward. An activation is ``tokens x hidden`` elements (tokens = sequence x micro-batch);
+its shard is 1/t of it.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from commbench.backends.base import CollectiveArgs
+from commbench.patterns.parallel import GroupInfo
+from commbench.patterns.schedule import Issuer, Label, dtype_name
+
+BLOCKS = 2  # attention and MLP
+
+
+@dataclass(frozen=True)
+class TpShape:
+    """One micro-batch's activation on one tensor-parallel group."""
+
+    elements: int  # tokens x hidden: the full activation
+    dtype: torch.dtype
+    sequence_parallel: bool
+
+
+class TensorParallel:
+    """Issues one layer's tensor-parallel collectives for one micro-batch, in a group of t ranks."""
+
+    def __init__(self, group: GroupInfo, shape: TpShape, device: torch.device) -> None:
+        self.group = group
+        self.shape = shape
+        size = group.size
+        self.full = torch.zeros(shape.elements, dtype=shape.dtype, device=device)
+        self.shard = torch.zeros(shape.elements // size, dtype=shape.dtype, device=device)
+        self._element_size = self.full.element_size()
+
+    @property
+    def collectives_per_pass(self) -> int:
+        if self.group.size == 1:
+            return 0
+        return 2 * BLOCKS if self.shape.sequence_parallel else BLOCKS
+
+    def forward(self, issuer: Issuer, unit: str) -> None:
+        self._pass(issuer, unit, "forward")
+
+    def backward(self, issuer: Issuer, unit: str) -> None:
+        self._pass(issuer, unit, "backward")
+
+    def _pass(self, issuer: Issuer, unit: str, phase: str) -> None:
+        """Per block, forward: all-gather in, reduce-scatter out (or one all-reduce out); backward: the
+        mirror, in reverse block order: all-gather of the output's gradient, reduce-scatter of the input's
+        (or one all-reduce of the input's gradient). Both passes issue the same sequence."""
+        if self.group.size == 1:
+            return
+        for _ in range(BLOCKS):
+            if self.shape.sequence_parallel:
+                self._issue(issuer, unit, phase, "all_gather_base")
+                self._issue(issuer, unit, phase, "reduce_scatter_base")
+            else:
+                self._issue(issuer, unit, phase, "all_reduce")
+
+    def _issue(self, issuer: Issuer, unit: str, phase: str, collective: str) -> None:
+        group = self.group
+        if collective == "all_gather_base":
+            args = CollectiveArgs(input=self.shard, output=self.full, process_group=group.process_group)
+            count = self.shard.numel()
+        elif collective == "reduce_scatter_base":
+            args = CollectiveArgs(input=self.full, output=self.shard, op="sum",
+                                  process_group=group.process_group)
+            count = self.shard.numel()
+        else:
+            args = CollectiveArgs(input=None, output=self.full, op="sum", process_group=group.process_group)
+            count = self.full.numel()
+        label = Label(collective, unit, phase, self.full.numel() * self._element_size, count,
+                      dtype_name(self.shape.dtype), "" if collective == "all_gather_base" else "sum", "tp",
+                      group.size)
+        issuer.issue(label, args)
+
+
+class TpStep:
+    """One micro-batch through every layer and back: the layers' tensor-parallel collectives."""
+
+    compute_kernels = 0
+
+    def __init__(self, tensor_parallel: TensorParallel, layers: list[str]) -> None:
+        self.tensor_parallel = tensor_parallel
+        self.layers = layers
+
+    def run(self, issuer: Issuer, compute: Callable[[], None] | None = None) -> None:
+        for unit in self.layers:
+            self.tensor_parallel.forward(issuer, unit)
+        for unit in reversed(self.layers):
+            self.tensor_parallel.backward(issuer, unit)
+
+
+def layer_names(layers: int) -> list[str]:
+    return [f"block{index}" for index in range(layers)]
