@@ -117,3 +117,33 @@ def spec_document(model: nn.Module, dims: ModelDims, name: str) -> dict[str, Any
 
 def spec_from_module(model: nn.Module, dims: ModelDims, name: str) -> ModelSpec:
     return parse_model(spec_document(model, dims, name), f"{name} (a torch module)", name)
+
+
+class MegatronBlock(nn.Module):
+    """A transformer layer laid out as Megatron-LM lays it out for tensor parallelism: a fused q/k/v
+    projection and a fused gate/up projection (column-parallel), the output and down projections
+    (row-parallel), LayerNorm before each block (Megatron's default; DTensor's sharding of a fused
+    RMSNorm's backward adds collectives of its own). Under tensor parallelism every rank computes its
+    heads and its share of the MLP from its slice of the fused outputs."""
+
+    def __init__(self, dims: ModelDims) -> None:
+        super().__init__()
+        hidden = dims.hidden
+        self.head_dim = hidden // dims.heads
+        self.attention_norm = nn.LayerNorm(hidden)
+        self.attention = nn.ModuleDict({"wqkv": nn.Linear(hidden, 3 * hidden, bias=False),
+                                        "wo": nn.Linear(hidden, hidden, bias=False)})
+        self.ffn_norm = nn.LayerNorm(hidden)
+        self.feed_forward = nn.ModuleDict({"w13": nn.Linear(hidden, 2 * dims.ffn, bias=False),
+                                           "w2": nn.Linear(dims.ffn, hidden, bias=False)})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.attention_norm(x)
+        q, k, v = self.attention["wqkv"](h).chunk(3, dim=-1)
+        batch, length, width = q.shape
+        q, k, v = (t.reshape(batch, length, width // self.head_dim, self.head_dim).transpose(1, 2)
+                   for t in (q, k, v))
+        attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attention["wo"](attended.transpose(1, 2).reshape(batch, length, width))
+        gate, up = self.feed_forward["w13"](self.ffn_norm(x)).chunk(2, dim=-1)
+        return x + self.feed_forward["w2"](functional.silu(gate) * up)

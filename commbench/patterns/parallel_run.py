@@ -65,10 +65,10 @@ def build_tp(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupIn
     tensor = TensorParallel(group, TpShape(elements, torch_dtype(config.dtype), config.sequence_parallel),
                             backend.device)
     layers = layer_names(model, config.pattern)
-    kind = "all-gather + reduce-scatter" if config.sequence_parallel else "all-reduce"
+    forward, backward = (", ".join(tensor.per_block(phase)) for phase in ("forward", "backward"))
     summary = (f"tp {model.label}: {len(layers)} layers on {group.size} tensor-parallel ranks "
-               f"({backend.world_size // group.size} groups); activation {described}; per layer and pass "
-               f"{tensor.collectives_per_pass} collectives ({kind} per attention and MLP block)")
+               f"({backend.world_size // group.size} groups); activation {described}; per attention and MLP "
+               f"block forward: {forward}; backward: {backward}")
     return Workload(TpStep(tensor, layers), "sp" if config.sequence_parallel else "no-sp", summary)
 
 

@@ -5,10 +5,12 @@ A layer is two blocks, attention and MLP, each a column-parallel matmul (fused q
 followed by a row-parallel one. With sequence parallelism the activations between blocks are split along
 the sequence over the t ranks: per block the forward pass all-gathers the sequence-sharded input before
 the column-parallel matmul and reduce-scatters the row-parallel output; the backward pass mirrors it (the
-all-gather's gradient is a reduce-scatter, the reduce-scatter's an all-gather). Without sequence
-parallelism each block all-reduces its row-parallel output in forward and its column-parallel input's
-gradient in backward. An activation is ``tokens x hidden`` elements (tokens = sequence x micro-batch);
-its shard is 1/t of it.
+reduce-scatter's gradient is an all-gather, the all-gather's a reduce-scatter) and all-gathers the
+block's input once more, for the column-parallel weight's gradient (only the shard was kept): all-gather
+of the output's gradient, all-gather of the input, reduce-scatter of the input's gradient, the order
+Megatron-LM and torch both issue. Without sequence parallelism each block all-reduces its row-parallel
+output in forward and its column-parallel input's gradient in backward. An activation is
+``tokens x hidden`` elements (tokens = sequence x micro-batch); its shard is 1/t of it.
 """
 
 from collections.abc import Callable
@@ -43,30 +45,27 @@ class TensorParallel:
         self.shard = torch.zeros(shape.elements // size, dtype=shape.dtype, device=device)
         self._element_size = self.full.element_size()
 
-    @property
-    def collectives_per_pass(self) -> int:
+    def per_block(self, phase: str) -> list[str]:
+        """One block's collectives in a pass, in order."""
         if self.group.size == 1:
-            return 0
-        return 2 * BLOCKS if self.shape.sequence_parallel else BLOCKS
+            return []
+        if not self.shape.sequence_parallel:
+            return ["all_reduce"]
+        if phase == "forward":  # gather the input, scatter the output
+            return ["all_gather_base", "reduce_scatter_base"]
+        # the output's gradient gathered, the input gathered again for the weight's gradient, the input's
+        # gradient scattered
+        return ["all_gather_base", "all_gather_base", "reduce_scatter_base"]
 
     def forward(self, issuer: Issuer, unit: str) -> None:
-        self._pass(issuer, unit, "forward")
+        for _ in range(BLOCKS):
+            for collective in self.per_block("forward"):
+                self._issue(issuer, unit, "forward", collective)
 
     def backward(self, issuer: Issuer, unit: str) -> None:
-        self._pass(issuer, unit, "backward")
-
-    def _pass(self, issuer: Issuer, unit: str, phase: str) -> None:
-        """Per block, forward: all-gather in, reduce-scatter out (or one all-reduce out); backward: the
-        mirror, in reverse block order: all-gather of the output's gradient, reduce-scatter of the input's
-        (or one all-reduce of the input's gradient). Both passes issue the same sequence."""
-        if self.group.size == 1:
-            return
         for _ in range(BLOCKS):
-            if self.shape.sequence_parallel:
-                self._issue(issuer, unit, phase, "all_gather_base")
-                self._issue(issuer, unit, phase, "reduce_scatter_base")
-            else:
-                self._issue(issuer, unit, phase, "all_reduce")
+            for collective in self.per_block("backward"):
+                self._issue(issuer, unit, "backward", collective)
 
     def _issue(self, issuer: Issuer, unit: str, phase: str, collective: str) -> None:
         group = self.group
