@@ -230,11 +230,11 @@ def _run(tmp_path, ranks: int, *args: str) -> tuple[list[dict], str]:
 
 
 @pytest.mark.processes
-def test_tp_runs_two_groups_of_two_with_check(tmp_path):
-    rows, out = _run(tmp_path, 4, "tp", "--model", "tiny", "--seq-len", "8", "--tp", "2")
+def test_tp_runs_with_check(tmp_path):
+    rows, out = _run(tmp_path, 2, "tp", "--model", "tiny", "--seq-len", "8")
     parts = [row for row in rows if row["collective"] != "step"]
-    groups = {(row["parallel"], row["group_size"], row["group_count"], row["group_layout"]) for row in parts}
-    assert groups == {("tp", 2, 2, "contiguous")}
+    groups = {(row["parallel"], row["group_size"], row["group_layout"]) for row in parts}
+    assert groups == {("tp", 2, "world")}
     assert {row["variant"] for row in rows} == {"sp"} and "time per step" in out
     step = next(row for row in rows if row["phase"] == "step")
     assert step["calls_per_step"] == 2 * 2 * (2 + 3)  # layers x blocks x (forward + backward)
@@ -260,6 +260,9 @@ def test_pp_and_3d_report_the_bubble_and_the_critical_path_with_check(tmp_path):
     rows, out = _run(tmp_path, 4, "3d", "--model", "tiny", "--seq-len", "8", "--pp", "2", "--dp", "2",
                      "--micro-batches", "2", "--compute-size", "16")
     assert {row["parallel"] for row in rows if row["phase"] == "comm"} == {"pp", "dp"}
+    groups = {(row["parallel"], row["group_size"], row["group_count"], row["group_layout"]) for row in rows
+              if row["collective"] != "step"}
+    assert groups == {("pp", 2, 2, "strided"), ("dp", 2, 2, "contiguous")}  # pp outermost, dp next
     path = {row["parallel"] or row["unit"] for row in rows if row["phase"] == "critical path"}
     assert path == {"pp", "dp", "compute", "other"} and "critical path: rank" in out
     reduced = [row for row in rows if row["parallel"] == "dp" and row["collective"] == "reduce_scatter_base"]
