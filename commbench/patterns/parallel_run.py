@@ -7,7 +7,7 @@ rows and notes (MoE's imbalance, the pipeline's bubble, 3D's per-group times and
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from commbench.backends.base import Backend
 from commbench.dtypes import torch_dtype
@@ -36,12 +36,14 @@ Extras = Callable[[StepRun, Breakdown], tuple[list[Row], list[str]]]
 
 @dataclass
 class Workload:
-    """A pattern's step on this rank, what tells its runs apart, its summary and its own rows."""
+    """A pattern's step on this rank, what tells its runs apart, its summary, its own rows, and what its
+    step found wrong under --check beyond the collectives' outputs (filled while the step runs)."""
 
     step: Step
     variant: str
     summary: str
     extras: Extras | None = None
+    mismatches: list[str] = field(default_factory=list)
 
 
 def layer_names(model: ModelSpec, pattern: str) -> list[str]:
@@ -58,6 +60,10 @@ def _activation(config: ParallelConfig, model: ModelSpec) -> tuple[int, str]:
                       f"{dims.hidden} = {elements:,} elements ({size} {config.dtype})")
 
 
+def _groups(count: int) -> str:
+    return "1 group" if count == 1 else f"{count} groups at once"
+
+
 def build_tp(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupInfo], backend: Backend
              ) -> Workload:
     elements, described = _activation(config, model)
@@ -67,8 +73,8 @@ def build_tp(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupIn
     layers = layer_names(model, config.pattern)
     forward, backward = (", ".join(tensor.per_block(phase)) for phase in ("forward", "backward"))
     summary = (f"tp {model.label}: {len(layers)} layers on {group.size} tensor-parallel ranks "
-               f"({backend.world_size // group.size} groups); activation {described}; per attention and MLP "
-               f"block forward: {forward}; backward: {backward}")
+               f"({_groups(backend.world_size // group.size)}); activation {described}; per attention and "
+               f"MLP block forward: {forward}; backward: {backward}")
     return Workload(TpStep(tensor, layers), "sp" if config.sequence_parallel else "no-sp", summary)
 
 
@@ -87,7 +93,7 @@ def build_moe(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupI
                f"seed {config.seed}; per layer a count exchange, dispatch and combine forward, two "
                "all-to-alls backward")
     return Workload(step, f"top{dims.top_k}-zipf{config.routing_skew:g}", summary,
-                    lambda run, breakdown: imbalance_rows(step, breakdown.rows, run.iters))
+                    lambda run, breakdown: imbalance_rows(step, breakdown.rows, run.iters), step.mismatches)
 
 
 def build_pp(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupInfo], backend: Backend
@@ -130,14 +136,13 @@ def build_3d(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupIn
 BUILDERS = {"tp": build_tp, "moe": build_moe, "pp": build_pp, "3d": build_3d}
 
 
-def check_step(backend: Backend, step: Step, groups: dict[str, GroupInfo], context: str) -> None:
+def check_step(backend: Backend, workload: Workload, groups: dict[str, GroupInfo], context: str) -> None:
     """One untimed step with every collective verified; every rank raises if any rank found a mismatch."""
     ranks = tuple(range(backend.world_size))
     world = GroupInfo("world", None, backend.rank, backend.world_size, ranks, "world")
     checker = CollectiveChecker(groups, world)
-    step.run(Issuer(backend, SYNC, context, checker=checker))
-    own = step.mismatches if isinstance(step, MoeStep) else []
-    agree_on_check(backend, checker.mismatches + own, context)
+    workload.step.run(Issuer(backend, SYNC, context, checker=checker))
+    agree_on_check(backend, checker.mismatches + workload.mismatches, context)
 
 
 def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output, session: object = None
@@ -152,7 +157,7 @@ def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output
     with failures_named(lambda: f"{context} failed on rank {backend.rank}"):
         labels = step_dry(backend, workload.step, context)
         if config.check:
-            check_step(backend, workload.step, groups, context)
+            check_step(backend, workload, groups, context)
         shared = dict(pattern=config.pattern, variant=workload.variant, model=model.label, dtype=config.dtype)
         layouts = {name: group.layout for name, group in groups.items()}
         run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared, layouts)

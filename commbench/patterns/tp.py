@@ -100,6 +100,3 @@ class TpStep:
         for unit in reversed(self.layers):
             self.tensor_parallel.backward(issuer, unit)
 
-
-def layer_names(layers: int) -> list[str]:
-    return [f"block{index}" for index in range(layers)]
