@@ -80,6 +80,11 @@ class Row:
     compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
     benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
     root: int = -1  # root rank of a rooted collective, -1 for the others (nccl-tests' convention)
+    # Replay rows (commbench replay; see docs/replay.md); None/empty elsewhere, so older files still load.
+    ops: int | None = None  # operations of this row per replayed pass (every operation of a pass row)
+    group_name: str = ""  # the recorded group ('1:mesh_dp', '/j' for copy j) or 'p2p SRC->DST'
+    group_ranks: str = ""  # the group's ranks in this world, comma separated
+    recorded_us: float | None = None  # mean recorded time per operation, where the recording measured it
 
     def __post_init__(self) -> None:
         if not self.group_size:
@@ -120,7 +125,7 @@ def default_placement(collective: str) -> str:
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
               "group_size", "group_layout", "placement",
-              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide")
+              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide", "group_name")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
