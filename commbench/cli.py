@@ -309,6 +309,33 @@ def fsdp(ctx: click.Context, buckets: str, **options) -> int:
     return launch([resolve_fsdp(config)], work=run_fsdp)
 
 
+@cli.command("replay")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+@click.option("--select", default="all", show_default=True,
+              help="A window of the recording: all, seq:A-B (sequence ids of the world group) or last:N "
+                   "(the last N repeating steps).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed passes.")
+@click.option("--iters", type=int, default=5, show_default=True, help="Timed passes.")
+@click.option("--keep-gaps", is_flag=True,
+              help="Issue each operation no earlier than its recorded offset from the start of the pass.")
+@click.option("--check", is_flag=True, help="One more pass with known values; count wrong elements.")
+@click.option("--record", default=None, metavar="PREFIX",
+              help="One more pass recorded as the input was (Flight Recorder or profiler) to PREFIX<rank>.")
+@launch_options
+@click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
+@click.pass_context
+def replay(ctx: click.Context, traces: tuple[str, ...], **options: Any) -> int:
+    """Replay a job's communication from its Flight Recorder dumps or torch.profiler traces (a
+    directory, globs or files; one per rank) and time it. Without a launcher and without --nproc,
+    spawns as many ranks as the recording has. See docs/replay.md."""
+    from commbench.replay.command import ReplayConfig, launch_replay, resolve_replay
+
+    if ctx.get_parameter_source("nproc") != ParameterSource.COMMANDLINE:
+        options["nproc"] = 0  # as many ranks as the recording has
+    config = ReplayConfig(traces=list(traces), argv=list(ctx.obj["argv"]), **options)
+    return launch_replay(resolve_replay(config))
+
+
 @cli.command("list")
 @click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
 @click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu].")

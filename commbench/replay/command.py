@@ -1,0 +1,137 @@
+"""`commbench replay`: its configuration, its checks before anything starts, the one function that
+launches it, and what each rank runs.
+
+Every process (the spawner and each rank) loads, selects and validates the recording itself, so bad
+input stops before any process group starts, and the ranks then check that they all read the same thing.
+"""
+
+import hashlib
+from dataclasses import dataclass, field, replace
+
+from commbench.backends.base import Backend
+from commbench.config import resolve_backend_and_device
+from commbench.errors import RunError, UsageError, brief
+from commbench.replay.execute import check_pass, prepare, time_passes
+from commbench.replay.loading import load_trace
+from commbench.replay.mapping import ReplayPlan, map_trace
+from commbench.replay.model import Trace
+from commbench.replay.record import record_pass
+from commbench.replay.rows import PATTERN, RowContext, build_rows
+from commbench.replay.summary import summary_lines
+from commbench.replay.validate import validate
+from commbench.replay.window import parse_selection, select
+from commbench.results import Row
+from commbench.runner import Output
+
+
+@dataclass
+class ReplayConfig:
+    """One `commbench replay` run; the launcher reads the same launch fields as a sweep's RunConfig."""
+
+    traces: list[str] = field(default_factory=list)  # directories, globs or files
+    select: str = "all"  # all, seq:A-B or last:N (window.py)
+    warmup: int = 1  # untimed passes
+    iters: int = 5  # timed passes
+    keep_gaps: bool = False  # re-insert the recorded idle time between a rank's operations
+    check: bool = False  # one more pass with known values, every output compared
+    record: str | None = None  # PREFIX: record one more pass to PREFIX<rank> (record.py)
+    backend: str | None = None
+    device: str | None = None
+    nproc: int = 0  # local ranks to spawn without a launcher; 0: as many as the recording has
+    timeout_s: float = 300.0
+    output_dir: str = "results"
+    csv_path: str | None = None
+    json_path: str | None = None
+    quiet: bool = False
+    argv: list[str] = field(default_factory=list)
+    pattern: str = PATTERN
+
+
+def load_selected(config: ReplayConfig) -> Trace:
+    """The recording the config names, cut to its window and validated across ranks."""
+    return validate(select(load_trace(config.traces), parse_selection(config.select)))
+
+
+def resolve_replay(config: ReplayConfig) -> ReplayConfig:
+    """A checked copy with backend, device and rank count settled; UsageError on the first problem."""
+    for flag, value, minimum in (("--warmup", config.warmup, 0), ("--iters", config.iters, 1),
+                                 ("--nproc", config.nproc, 0)):
+        if value < minimum:
+            raise UsageError(f"{flag} {value} must be at least {minimum}")
+    if config.timeout_s <= 0:
+        raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
+    parse_selection(config.select)
+    backend, device = resolve_backend_and_device(config.backend, config.device)
+    trace = load_selected(config)
+    nproc = config.nproc or trace.world_size
+    _mapped(trace, nproc)
+    return replace(config, backend=backend, device=device, nproc=nproc)
+
+
+def launch_replay(config: ReplayConfig) -> int:
+    """The one place a replay reaches the ranks: spawned locally or as a launched rank, each running
+    run_replay once its process group is up."""
+    from commbench.launch import launch
+
+    return launch([config], work=run_replay)
+
+
+def _mapped(trace: Trace, world_size: int) -> ReplayPlan:
+    plan = map_trace(trace, world_size)
+    if not any(plan.ops.values()):
+        reasons = ", ".join(f"{name} x{count}" for name, count in plan.unmapped.most_common(3))
+        raise UsageError(f"no recorded operation can be placed on {world_size} ranks ({reasons})")
+    return plan
+
+
+def _digest(trace: Trace) -> str:
+    text = repr([(rank, [(*op.signature(), op.group, op.peer, op.root) for op in ops])
+                 for rank, ops in sorted(trace.ops.items())])
+    return hashlib.sha256(f"{trace.world_size}|{text}".encode()).hexdigest()
+
+
+def _agree(backend: Backend, trace: Trace) -> None:
+    digests = backend.all_gather_object(_digest(trace))
+    differing = [rank for rank, digest in enumerate(digests) if digest != digests[0]]
+    if differing:
+        raise UsageError(f"rank {differing[0]} read a different recording than rank 0: every rank must "
+                         "be given the same files")
+
+
+def _create_groups(backend: Backend, plan: ReplayPlan) -> dict[str, object]:
+    """Process groups for the plan's groups, created once, in the same order on every rank."""
+    created = [group for group in plan.groups if not group.is_default]
+    try:
+        handles = backend.new_group_handles([list(group.members) for group in created],
+                                            [group.desc for group in created]) if created else []
+    except Exception as exc:
+        raise RunError(f"rank {backend.rank} could not create the replay's {len(created)} process groups: "
+                       f"{brief(exc)}") from exc
+    found: dict[str, object] = {group.label: None for group in plan.groups if group.is_default}
+    found.update({group.label: handle for group, handle in zip(created, handles, strict=True)})
+    return found
+
+
+def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: object = None
+               ) -> list[Row]:
+    """One rank's replay: the plan, the groups, the passes, then every rank's times -> rows (the same
+    rows on every rank; rank 0's output writes and prints them). ``session`` is unused: a replay makes
+    its own groups."""
+    (config,) = configs
+    trace = load_selected(config)
+    _agree(backend, trace)
+    plan = _mapped(trace, backend.world_size)
+    steps = prepare(plan, backend.rank, backend, _create_groups(backend, plan))
+    times = time_passes(steps, backend, config.warmup, config.iters, config.keep_gaps)
+    if config.check:
+        times.wrong = check_pass(steps, backend, plan.world_size)
+    if config.record:
+        record_pass(steps, backend, config.record, trace.format)
+    everyone = backend.all_gather_object(times)
+    context = RowContext(backend.name, backend.device.type, backend.world_size, config.warmup, config.iters)
+    rows = build_rows(context, plan, everyone, [item.wrong for item in everyone] if config.check else None)
+    for row in rows:
+        output.row(row)
+    for line in summary_lines(trace, plan, rows):
+        output.note(line)
+    return rows
