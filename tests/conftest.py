@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.dist_helpers import ROOT, commbench
+from tests.replay_helpers import Recordings
 
 SWEEP = ROOT / "tests" / "data" / "two_benchmarks.yaml"
 ITERS = "30"  # overrides the file's 5 and 7: enough samples per row for the rank test
@@ -33,3 +34,9 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedRunFiles, S
         assert result.returncode == 0, result.stderr
         made.append(SavedRunFiles(json_path, csv_path, result.stdout, result.stderr))
     return made[0], made[1]
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    """Real programs' recordings and their replays (tests/replay_helpers.py), each made on first use."""
+    return Recordings(tmp_path_factory.mktemp("recordings"))

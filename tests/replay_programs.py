@@ -23,16 +23,19 @@ def _mlp(width: int = 16) -> nn.Module:
     return nn.Sequential(nn.Linear(width, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
 
 
-def ddp(rank: int, world_size: int, out_dir: str) -> None:
-    """DistributedDataParallel with buckets of a few KiB: several gradient all-reduces per step."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    model = DistributedDataParallel(_mlp(), bucket_cap_mb=0.002)
+def _train(model: nn.Module) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(STEPS):
         optimizer.zero_grad()
         model(torch.randn(8, 16)).sum().backward()
         optimizer.step()
+
+
+def ddp(rank: int, world_size: int, out_dir: str) -> None:
+    """DistributedDataParallel with buckets of a few KiB: several gradient all-reduces per step."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    _train(DistributedDataParallel(_mlp(), bucket_cap_mb=0.002))
     dump_flight_recorder(out_dir, rank)
 
 
@@ -45,11 +48,7 @@ def fsdp2(rank: int, world_size: int, out_dir: str) -> None:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
     fully_shard(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(STEPS):
-        optimizer.zero_grad()
-        model(torch.randn(8, 16)).sum().backward()
-        optimizer.step()
+    _train(model)
     dump_flight_recorder(out_dir, rank)
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import pickle
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,68 +18,13 @@ import pytest
 from commbench.cli import main
 from commbench.results import load_run
 from tests import replay_programs
-from tests.dist_helpers import commbench, run_ranks
+from tests.dist_helpers import commbench
+from tests.replay_helpers import PROGRAMS, Recording
 
 # What the job recorded -> the commbench collective the replay's row names.
 ROW_COLLECTIVES = {"gloo:all_reduce": "all_reduce", "gloo:all_gather": "all_gather_base",
                    "gloo:broadcast": "broadcast", "gloo:reduce": "reduce", "gloo:barrier": "barrier",
                    "gloo:all_to_all": "all_to_all_single", "gloo:gather": "gather", "gloo:scatter": "scatter"}
-
-
-@dataclass
-class Recording:
-    name: str
-    directory: Path
-    world_size: int
-    kind: str  # flight or profiler
-
-
-@dataclass
-class Replayed:
-    recording: Recording
-    result: object  # subprocess.CompletedProcess
-    json_path: Path
-    record_dir: Path
-
-
-PROGRAMS = {"ddp": (2, "flight"), "fsdp2": (2, "flight"), "mesh_2x2": (4, "flight"),
-            "pipeline": (2, "profiler")}  # name -> (ranks, recorder)
-
-
-class Recordings:
-    """Each program's recording and its replay, made on first use, once per session."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.made: dict[str, Recording] = {}
-        self.replays: dict[str, Replayed] = {}
-
-    def recording(self, name: str) -> Recording:
-        if name not in self.made:
-            world_size, kind = PROGRAMS[name]
-            out = self.root / name
-            for directory in (out / "profiler", out / "flight") if kind == "profiler" else (out,):
-                directory.mkdir(parents=True)
-            run_ranks(getattr(replay_programs, name), world_size, str(out), timeout=240)
-            where = out / "profiler" if kind == "profiler" else out
-            self.made[name] = Recording(name, where, world_size, kind)
-        return self.made[name]
-
-    def replay(self, name: str) -> Replayed:
-        """`commbench replay DIR --json OUT` of the recording, with --check and --record."""
-        if name not in self.replays:
-            found = self.recording(name)
-            out = self.root / f"replay-{name}"
-            result = commbench("replay", str(found.directory), "--iters", "2", "--check", "--record",
-                               str(out / "recorded" / "rank_"), "--json", str(out / "rows.json"), "--csv",
-                               str(out / "rows.csv"), timeout=300)
-            self.replays[name] = Replayed(found, result, out / "rows.json", out / "recorded")
-        return self.replays[name]
-
-
-@pytest.fixture(scope="session")
-def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
-    return Recordings(tmp_path_factory.mktemp("recordings"))
 
 
 # --- reading the files as torch wrote them (no commbench code) -----------------------------------
@@ -250,6 +194,27 @@ def test_another_world_size_keeps_each_ranks_bytes_and_maps_groups_by_the_rule(r
     doubled = map_trace(pipeline, 4)  # two copies: 0<->1 and 2<->3
     assert {op.key[0] for ops in doubled.ops.values() for op in ops} == \
         {"p2p 0->1", "p2p 1->0", "p2p 2->3", "p2p 3->2"}
+
+
+def test_a_step_is_the_repeating_block_that_covers_most_of_the_end():
+    from commbench.replay.window import step_length
+
+    assert step_length(list("xabbabb")) == (3, 2)  # not the 'bb' at the very end
+    assert step_length(list("aaaa")) == (1, 4)
+    assert step_length(list("xyabab")) == (2, 2)
+    assert step_length(list("abcd")) == (0, 0)
+
+
+def test_a_selection_is_all_seq_or_last():
+    from commbench.errors import UsageError
+    from commbench.replay.window import Selection, parse_selection
+
+    assert parse_selection(" ALL ") == Selection("all")
+    assert parse_selection("seq:3-9") == Selection("seq", 3, 9)
+    assert parse_selection("last:2") == Selection("last", 2)
+    for wrong in ("seq:9-3", "seq:3", "last:0", "first:2", ""):
+        with pytest.raises(UsageError, match="--select"):
+            parse_selection(wrong)
 
 
 # --- bad input: one line, exit status 2 ---------------------------------------------------------

@@ -215,17 +215,17 @@ def check_pass(steps: list[Step], backend: Backend, world_size: int) -> dict[tup
     wrong: dict[tuple, tuple[int, str]] = {}
     timer = make_timer(backend, max(1, len(steps)))
     for index, step in enumerate(steps):
-        patterns = []
+        patterns: list[Pattern | None] = []
         for prepared in step.ops:
-            collective = REGISTRY[prepared.op.collective]
-            pattern = Pattern(prepared.layout.dtype, "sum", prepared.layout.world_size, backend.device)
-            if checkable(prepared.op):
-                collective.fill(prepared.layout, prepared.flat, pattern)
+            pattern = Pattern(prepared.layout.dtype, "sum", prepared.layout.world_size, backend.device) \
+                if checkable(prepared.op) else None
+            if pattern is not None:
+                REGISTRY[prepared.op.collective].fill(prepared.layout, prepared.flat, pattern)
             patterns.append(pattern)
         backend.sync_device()
         run_pass([step], timer, index, GapClock(False), backend.rank)
         for prepared, pattern in zip(step.ops, patterns, strict=True):
-            if not checkable(prepared.op):
+            if pattern is None:
                 continue
             result = compare(REGISTRY[prepared.op.collective].expect(prepared.layout, prepared.flat), pattern)
             count, first = wrong.get(prepared.op.key, (0, ""))

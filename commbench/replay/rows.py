@@ -53,14 +53,36 @@ def _members(plan: ReplayPlan, op: ReplayOp, ranks: list[int]) -> tuple[int, ...
     return plan.group(op.group).members if op.group else tuple(sorted(ranks))
 
 
-def op_row(ctx: RowContext, plan: ReplayPlan, op: ReplayOp, ranks: list[int], seconds: list[list[float]],
+@dataclass
+class KeyRecord:
+    """What the plan says about one row key: its first operation, the ranks that issue it, and the
+    durations the recording gave its operations."""
+
+    op: ReplayOp
+    ranks: list[int]
+    recorded_us: list[float]
+
+
+def _key_records(plan: ReplayPlan) -> dict[tuple, KeyRecord]:
+    """Every key, in the order keys first appear (rank 0's operations first)."""
+    found: dict[tuple, KeyRecord] = {}
+    for rank in range(plan.world_size):
+        for op in plan.ops[rank]:
+            record = found.setdefault(op.key, KeyRecord(op, [], []))
+            if rank not in record.ranks:
+                record.ranks.append(rank)
+            if op.recorded_us is not None:
+                record.recorded_us.append(op.recorded_us)
+    return found
+
+
+def op_row(ctx: RowContext, plan: ReplayPlan, record: KeyRecord, seconds: list[list[float]],
            wrong: tuple[int, str] | None) -> Row:
+    op, recorded = record.op, record.recorded_us
     collective = REGISTRY[op.collective]
-    members = _members(plan, op, ranks)
+    members = _members(plan, op, record.ranks)
     size = op.size_bytes
     factor = collective.busbw_factor(len(members))
-    recorded = [item.recorded_us for rank in ranks for item in plan.ops[rank]
-                if item.key == op.key and item.recorded_us is not None]
     samples_us = _microseconds(_slowest(seconds))
     return Row(collective=op.collective, backend=ctx.backend, device=ctx.device, world_size=ctx.world_size,
                dtype=op.dtype, mode="sync", op="sum" if collective.reduces else "", size_bytes=size,
@@ -88,22 +110,15 @@ def pass_row(ctx: RowContext, phase: str, seconds: list[list[float]], op_rows: l
 def build_rows(ctx: RowContext, plan: ReplayPlan, times: list[RankTimes],
                wrong: list[dict[tuple, tuple[int, str]]] | None) -> list[Row]:
     """Every key's row, in the order keys first appear (rank 0's operations first), then the pass rows."""
-    first_op: dict[tuple, ReplayOp] = {}
-    holders: dict[tuple, list[int]] = {}
-    for rank in range(plan.world_size):
-        for op in plan.ops[rank]:
-            first_op.setdefault(op.key, op)
-            if rank not in holders.setdefault(op.key, []):
-                holders[op.key].append(rank)
     rows = []
-    for key, op in first_op.items():
-        ranks = holders[key]
+    for key, record in _key_records(plan).items():
         merged = None
         if wrong is not None:
-            found = [wrong[rank][key] for rank in ranks if key in wrong[rank]]
+            found = [wrong[rank][key] for rank in record.ranks if key in wrong[rank]]
             merged = (sum(count for count, _ in found), next((text for _, text in found if text), "")) \
                 if found else None
-        rows.append(op_row(ctx, plan, op, ranks, [times[rank].op_seconds[key] for rank in ranks], merged))
+        seconds = [times[rank].op_seconds[key] for rank in record.ranks]
+        rows.append(op_row(ctx, plan, record, seconds, merged))
     rows.append(pass_row(ctx, "comm", [item.comm_seconds for item in times], rows))
     rows.append(pass_row(ctx, "wall", [item.wall_seconds for item in times], rows[:-1]))
     return rows

@@ -79,13 +79,13 @@ def _sequence_window(trace: Trace, selection: Selection) -> Trace:
     return selected
 
 
-def _step_length(signatures: list[tuple]) -> tuple[int, int]:
+def step_length(signatures: list[tuple]) -> tuple[int, int]:
     """(operations per step, steps) of the repeating block that covers most of the end; (0, 0) if none."""
     length = len(signatures)
     best = (0, 0)
     for period in range(1, min(length // 2, LONGEST_STEP) + 1):
-        if best[0] * best[1] >= length - length % period and best[0]:
-            break  # no longer block can cover more
+        if best[0] * best[1] == length:
+            break  # nothing covers more than everything
         matched = 0
         while matched < length - period and \
                 signatures[length - 1 - matched] == signatures[length - 1 - matched - period]:
@@ -104,7 +104,7 @@ def _last_steps(trace: Trace, steps: int) -> Trace:
     kept: dict[int, list[RecordedOp]] = {}
     lengths = {}
     for rank, ops in trace.ops.items():
-        period, found = _step_length([_signature(op) for op in ops])
+        period, found = step_length([_signature(op) for op in ops])
         if found < steps and ops:
             have = f"only {found} repeated steps" if found else "no repeating step"
             raise UsageError(f"--select last:{steps}: {have} at the end of rank {rank}'s recording; "
