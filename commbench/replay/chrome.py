@@ -13,6 +13,7 @@ to the first unused backend event that starts after it with the same tensor shap
 tensor list and the duration), and each assumed to run on the world group (said in a note).
 """
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -102,20 +103,23 @@ def _as_int(value: Any) -> int | None:
 
 
 class BackendEvents:
-    """The backend's own events ('gloo:all_reduce', ...) of a rank, each matched at most once."""
+    """The backend's own events ('gloo:all_reduce', ...) of a rank, by start time, each matched at most
+    once, to an operation that started before it and within LOOKAHEAD of its successors."""
+
+    LOOKAHEAD = 64  # backend events looked at per operation (the backend runs operations in order)
 
     def __init__(self, events: list[dict]) -> None:
         self.events = [event for event in events if event.get("cat") == "user_annotation"
                        and event["name"].partition(":")[0] in ("gloo", "nccl")]
+        self.starts = [event["ts"] for event in self.events]
         self.used = [False] * len(self.events)
 
     def match(self, start: float, shape: Shape) -> dict | None:
-        for index, event in enumerate(self.events):
-            if self.used[index] or event["ts"] < start:
-                continue
-            if _as_shape(_argument(event, "Input Dims", 0)) == shape:
+        first = bisect.bisect_left(self.starts, start)
+        for index in range(first, min(first + self.LOOKAHEAD, len(self.events))):
+            if not self.used[index] and _as_shape(_argument(self.events[index], "Input Dims", 0)) == shape:
                 self.used[index] = True
-                return event
+                return self.events[index]
         return None
 
 
