@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
 
-from tests import replay_programs
 from tests.dist_helpers import commbench, run_ranks
 
 
@@ -39,6 +38,8 @@ class Recordings:
 
     def recording(self, name: str) -> Recording:
         if name not in self.made:
+            from tests import replay_programs  # torch-heavy: only once a recording is asked for
+
             world_size, kind = PROGRAMS[name]
             out = self.root / name
             for directory in (out / "profiler", out / "flight") if kind == "profiler" else (out,):

@@ -80,7 +80,8 @@ def _mapped(trace: Trace, world_size: int) -> ReplayPlan:
     plan = map_trace(trace, world_size)
     if not any(plan.ops.values()):
         reasons = ", ".join(f"{name} x{count}" for name, count in plan.unmapped.most_common(3))
-        raise UsageError(f"no recorded operation can be placed on {world_size} ranks ({reasons})")
+        ranks = "1 rank" if world_size == 1 else f"{world_size} ranks"
+        raise UsageError(f"no recorded operation can be placed on {ranks} ({reasons})")
     return plan
 
 

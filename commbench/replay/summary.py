@@ -55,6 +55,6 @@ def summary_lines(trace: Trace, plan: ReplayPlan, rows: list[Row]) -> list[str]:
     checked = [row for row in op_rows if row.wrong is not None]
     if checked:
         wrong = sum(row.wrong or 0 for row in checked)
-        lines.append(f"--check: {wrong} wrong elements in {sum(1 for row in checked if row.wrong)} of "
-                     f"{len(checked)} rows")
+        failing = sum(1 for row in checked if row.wrong)
+        lines.append(f"--check: {wrong} wrong elements in {failing} of {len(checked)} rows checked")
     return lines
