@@ -45,7 +45,7 @@ class C10dOp:
     splits_args: tuple[int, ...] = ()
 
 
-C10D_OPS = {op_name: spec for op_name, spec in {
+C10D_OPS = {
     "c10d::allreduce_": C10dOp("all_reduce", 0, True),
     "c10d::_allgather_base_": C10dOp("all_gather", 1, False),
     "c10d::allgather_": C10dOp("all_gather", 1, True),
@@ -59,7 +59,7 @@ C10D_OPS = {op_name: spec for op_name, spec in {
     "c10d::barrier": C10dOp("barrier", 0, False),
     "c10d::send": C10dOp("send", 0, True, peer_arg=2),
     "c10d::recv_": C10dOp("recv", 0, True, peer_arg=2),
-}.items()}
+}
 WORLD_GROUP = "0"  # torch names the default group '0'
 
 

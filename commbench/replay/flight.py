@@ -74,17 +74,16 @@ def _group(entry: dict) -> tuple[str, str]:
     raise EntryError("process_group is not a (name, description) pair")
 
 
-def _split_name(profiling_name: str) -> tuple[str, str | None, int | None]:
-    """('send', src, dst) from 'nccl:send 0->1'; (name, None, None) for collectives."""
+def _split_name(profiling_name: str) -> tuple[str, int | None]:
+    """(operation, peer): ('send', 1) from 'nccl:send 0->1', ('recv', 0) from 'nccl:recv 1<-0' (group
+    ranks, this rank's first); (name, None) for collectives."""
     _, _, name = profiling_name.partition(":")
     head, _, meta = name.partition(" ")
-    if head == "send" and "->" in meta:
-        source, destination = meta.split("->", 1)
-        return head, source.strip(), int(destination)
-    if head == "recv" and "<-" in meta:
-        destination, source = meta.split("<-", 1)
-        return head, destination.strip(), int(source)
-    return head, None, None
+    arrow = {"send": "->", "recv": "<-"}.get(head)
+    if arrow and arrow in meta:
+        peer = meta.split(arrow, 1)[1].strip()
+        return head, int(peer) if peer.isdigit() else None
+    return head, None
 
 
 def _duration_us(entry: dict) -> float | None:
@@ -99,7 +98,7 @@ def parse_entry(entry: Any, rank: int, position: int, skipped: Counter) -> Recor
     if not isinstance(entry, dict) or not isinstance(entry.get("profiling_name"), str):
         raise EntryError("not an entry with a profiling_name")
     raw = entry["profiling_name"]
-    head, _, peer = _split_name(raw)
+    head, peer = _split_name(raw)
     name = OPERATION_NAMES.get(head)
     inputs, outputs = _shapes(entry, "input_sizes"), _shapes(entry, "output_sizes")
     dtypes = _strings(entry, "input_dtypes") or _strings(entry, "output_dtypes")
