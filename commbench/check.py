@@ -4,36 +4,28 @@ Every rank fills its inputs with small integers that depend on its rank and on t
 its (flattened) input. The range is chosen per dtype, reduce op and world size so that every partial and
 final result stays an integer the dtype represents exactly (nccl-tests' approach), so a correct
 collective gives bit-exact results in any dtype and any reduction order. Only avg (and premul_sum with a
-factor that is not a power of two) divides, and gets a tolerance: see ``Pattern.tolerance``.
+factor that is not a power of two) divides, and gets a tolerance: see ``CheckValues.tolerance``.
 
-Descriptors (collectives.py) say which output part should hold which values: an ``Expected`` names an
+Descriptors (commbench.collectives) say which output part should hold which values: an ``Expected`` names an
 output view and either the rank whose input it copies (from which input index) or, for reductions, the
 input index the reduction over all ranks starts at. This module fills, computes and compares.
 """
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+from commbench.collectives.base import Expected
+
+if TYPE_CHECKING:
+    from commbench.collectives.base import Buffers, Collective, Layout
+    from commbench.timing import BoundOp
 
 # Values are produced and compared in blocks so a 1 GiB buffer never needs a second copy in int64.
 BLOCK = 1 << 22
 _MIX = 0x5BD1E995  # < 2**31: (index mod 2**32) * _MIX stays inside int64
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What one output view must hold after the op.
-
-    ``source_rank`` None: the reduction over all ranks of the inputs at ``input_start`` onwards; else
-    the values ``source_rank`` put at ``input_start`` onwards of its input. ``offset`` is the view's
-    position in this rank's output, for reporting the index of a wrong element.
-    """
-
-    actual: torch.Tensor
-    source_rank: int | None
-    input_start: int
-    offset: int
 
 
 @dataclass(frozen=True)
@@ -92,7 +84,7 @@ def _mix(index: torch.Tensor) -> torch.Tensor:
     return ((index & 0xFFFFFFFF) * _MIX) & 0xFFFFFFFF
 
 
-class Pattern:
+class CheckValues:
     """The values of a checked op: for dtype, reduce op ('' when none) and world size.
 
     Kinds of values (v is rank r's value at input index i, h a 32-bit hash of i, M the dtype's exact
@@ -176,13 +168,14 @@ class Pattern:
         return self.world_size * torch.finfo(self.dtype).eps * expected.abs()
 
 
-def fill_inputs(inputs: list[torch.Tensor], outputs: list[torch.Tensor], rank: int, pattern: Pattern) -> None:
+def fill_inputs(inputs: list[torch.Tensor], outputs: list[torch.Tensor], rank: int,
+                values: CheckValues) -> None:
     """Poison every output, then write this rank's values into its inputs, as one flat index space.
 
     Outputs first: an in-place layout's input is a view of its output (or the other way round), and the
     input's values must win.
     """
-    poison = poison_value(pattern.dtype)
+    poison = poison_value(values.dtype)
     for tensor in outputs:
         tensor.fill_(poison)
     position = 0
@@ -190,8 +183,8 @@ def fill_inputs(inputs: list[torch.Tensor], outputs: list[torch.Tensor], rank: i
         flat = tensor.view(-1)
         for start in range(0, flat.numel(), BLOCK):
             count = min(BLOCK, flat.numel() - start)
-            flat[start:start + count].copy_(_as_dtype(pattern.source(rank, position + start, count),
-                                                      pattern.dtype))
+            flat[start:start + count].copy_(_as_dtype(values.source(rank, position + start, count),
+                                                      values.dtype))
         position += flat.numel()
 
 
@@ -200,7 +193,7 @@ def _as_dtype(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return values.to(torch.float64).to(dtype) if dtype.is_floating_point else values.to(dtype)
 
 
-def compare(expected: list[Expected], pattern: Pattern) -> CheckResult:
+def compare(expected: list[Expected], values: CheckValues) -> CheckResult:
     """Count the wrong elements over every expected view; note the first one (lowest output index)."""
     wrong = 0
     first: tuple[int, float, float] | None = None
@@ -208,9 +201,9 @@ def compare(expected: list[Expected], pattern: Pattern) -> CheckResult:
         flat = item.actual.reshape(-1)
         for start in range(0, flat.numel(), BLOCK):
             count = min(BLOCK, flat.numel() - start)
-            want = pattern.expected(item, start, count)
+            want = values.expected(item, start, count)
             got = flat[start:start + count].to(torch.float64)
-            bad = ~((got - want).abs() <= pattern.tolerance(want))  # NaN (poison left over) is bad
+            bad = ~((got - want).abs() <= values.tolerance(want))  # NaN (poison left over) is bad
             found = int(bad.sum().item())
             if not found:
                 continue
@@ -222,3 +215,33 @@ def compare(expected: list[Expected], pattern: Pattern) -> CheckResult:
     if first is None:
         return CheckResult(wrong)
     return CheckResult(wrong, *first)
+
+
+class SizeChecker:
+    """--check for one size and mode: fill, run one op, compare on every rank, total over ranks."""
+
+    def __init__(self, op: "BoundOp", mode: str, collective: "Collective", layout: "Layout",
+                 buffers: "Buffers", values: CheckValues) -> None:
+        self.op, self.mode = op, mode
+        self.collective, self.layout, self.buffers, self.values = collective, layout, buffers, values
+        self.wrong = 0
+        self.first_wrong = ""
+
+    def run(self) -> None:
+        op, backend = self.op, self.op.backend
+        self.collective.fill(self.layout, self.buffers, self.values)
+        backend.sync_device()
+        was_async = op.args.async_op
+        op.args.async_op = self.mode == "async"  # in async mode the checked op is issued async too
+        op()
+        backend.complete(op.args)
+        op.args.async_op = was_async
+        local = compare(self.collective.expect(self.layout, self.buffers), self.values)
+        # every rank of every group: the groups check at the same time, wrong counts add up
+        results = [CheckResult.from_floats(values) for values in backend.all_gather_floats(local.floats())]
+        self.wrong += sum(result.wrong for result in results)
+        if not self.first_wrong:
+            self.first_wrong = next((result.describe(rank) for rank, result in enumerate(results)
+                                     if result.wrong), "")
+        for tensor in self.buffers.tensors():
+            tensor.zero_()  # back to zeros before timing resumes

@@ -8,7 +8,7 @@ something without a launcher; under torchrun use torchrun's --nproc-per-node).
 
 import sys
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -17,20 +17,25 @@ from click.core import ParameterSource
 from commbench import __version__
 from commbench.config import (
     DEFAULT_SIZES,
+    LAUNCH_FIELDS,
     OUTPUT_FORMATS,
     REDUCE_OPS,
+    RUN_FIELDS,
     SCALAR_TEXT_PARSERS,
+    LaunchConfig,
     RunConfig,
+    flat_fields,
     is_list_field,
     list_field_from_text,
     parse_list,
     resolve,
     resolve_backend_and_device,
+    run_config,
 )
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
 from commbench.sweepfile import load_sweep
 
-DEFAULTS = RunConfig()
+DEFAULTS = flat_fields(RunConfig())
 
 
 class DefaultGroup(click.Group):
@@ -50,13 +55,13 @@ def launch_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--backend", default=None,
                      help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo]."),
         click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu]."),
-        click.option("--nproc", type=int, default=DEFAULTS.nproc, show_default=True,
+        click.option("--nproc", type=int, default=DEFAULTS["nproc"], show_default=True,
                      help="Local ranks to spawn when no launcher (torchrun, mpirun, srun) started "
                           "commbench."),
-        click.option("--timeout", "timeout_s", type=float, default=DEFAULTS.timeout_s, show_default=True,
+        click.option("--timeout", "timeout_s", type=float, default=DEFAULTS["timeout_s"], show_default=True,
                      help="Seconds allowed for process-group start, each collective and each size's "
                           "check-in."),
-        click.option("--output-dir", default=DEFAULTS.output_dir, show_default=True,
+        click.option("--output-dir", default=DEFAULTS["output_dir"], show_default=True,
                      help="Each run writes DIR/<run-id>/results.csv and results.json."),
         click.option("--csv", "csv_path", default=None, help="Write the CSV exactly here instead."),
         click.option("--json", "json_path", default=None, help="Write the JSON exactly here instead."),
@@ -78,36 +83,38 @@ def cli() -> None:
 @cli.command()
 @click.option("--config", "config_file", default=None, metavar="FILE.yaml",
               help="Run a sweep file (like `commbench sweep FILE.yaml`); options typed here override it.")
-@click.option("--collective", default=",".join(DEFAULTS.collectives), show_default=True,
+@click.option("--collective", default=",".join(DEFAULTS["collectives"]), show_default=True,
               help="Comma list of collectives, or 'all' (see `commbench list`).")
 @click.option("--sizes", default=DEFAULT_SIZES, show_default=True,
               help="Sizes in bytes: 1K:1G (doubling), 1K:1G:x4, 1M:64M:+8M, 1K,3K,1M or 4096. "
                    "K/M/G are powers of 1024.")
-@click.option("--dtype", default=",".join(DEFAULTS.dtypes), show_default=True, help="Comma list of dtypes.")
+@click.option("--dtype", default=",".join(DEFAULTS["dtypes"]), show_default=True,
+              help="Comma list of dtypes.")
 @click.option("--mode", default="sync", show_default=True, help="sync, async or both.")
 @click.option("--op", default="sum", show_default=True,
               help=f"Reduce ops for reducing collectives, comma list of {', '.join(REDUCE_OPS)}.")
-@click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True, help="Untimed ops per size.")
+@click.option("--warmup", type=int, default=DEFAULTS["warmup"], show_default=True,
+              help="Untimed ops per size.")
 @click.option("--iters", type=int, default=None,
               help="Timed ops per size and mode; turns adaptive iteration counts off [default: adaptive].")
-@click.option("--time-per-size", type=float, default=DEFAULTS.time_per_size, show_default=True,
+@click.option("--time-per-size", type=float, default=DEFAULTS["time_per_size"], show_default=True,
               help="Adaptive: seconds of timed ops per size and mode.")
-@click.option("--min-iters", type=int, default=DEFAULTS.min_iters, show_default=True,
+@click.option("--min-iters", type=int, default=DEFAULTS["min_iters"], show_default=True,
               help="Adaptive: fewest timed ops per size.")
-@click.option("--max-iters", type=int, default=DEFAULTS.max_iters, show_default=True,
+@click.option("--max-iters", type=int, default=DEFAULTS["max_iters"], show_default=True,
               help="Adaptive: most timed ops per size.")
-@click.option("--precision", type=float, default=DEFAULTS.precision, show_default=True,
+@click.option("--precision", type=float, default=DEFAULTS["precision"], show_default=True,
               help="Adaptive: stop once the median is known to +- this fraction (95% confidence).")
-@click.option("--barrier", type=click.Choice(["none", "per-iter"]), default=DEFAULTS.barrier,
+@click.option("--barrier", type=click.Choice(["none", "per-iter"]), default=DEFAULTS["barrier"],
               show_default=True, help="Sync mode: a barrier before every timed op (outside its time).")
-@click.option("--cuda-graph", type=int, default=DEFAULTS.cuda_graph, show_default=True,
+@click.option("--cuda-graph", type=int, default=DEFAULTS["cuda_graph"], show_default=True,
               help="CUDA + NCCL only: capture --iters ops (default 20) in a CUDA graph, replay N times.")
 @click.option("--max-memory", default=None,
               help="Refuse, before allocating, sizes whose buffers need more than this per rank (e.g. 8G).")
-@click.option("--root", type=int, default=DEFAULTS.root, show_default=True,
+@click.option("--root", type=int, default=DEFAULTS["root"], show_default=True,
               help="Root rank of broadcast, reduce, gather and scatter.")
 @launch_options
-@click.option("--format", "output_format", default=DEFAULTS.output_format, show_default=True,
+@click.option("--format", "output_format", default=DEFAULTS["output_format"], show_default=True,
               help=f"Console output: {', '.join(OUTPUT_FORMATS)} (nccl-tests' columns; JSON lines "
                    "on stdout).")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
@@ -122,7 +129,7 @@ def cli() -> None:
                    "(one rank per host).")
 @click.option("--per-rank", is_flag=True, help="Print each rank's mean time and arrival skew per size.")
 @click.option("--skew-threshold", "skew_threshold_percent", type=float,
-              default=DEFAULTS.skew_threshold_percent, show_default=True,
+              default=DEFAULTS["skew_threshold_percent"], show_default=True,
               help="Name the slowest rank when a rank's arrival skew exceeds this percentage of the "
                    "p50 time.")
 @click.option("--placement", default=None,
@@ -130,13 +137,13 @@ def cli() -> None:
                    "[default: all_reduce in place, the others out of place].")
 @click.option("--check", is_flag=True,
               help="After timing each size, run one op on known values and count wrong elements.")
-@click.option("--check-every", type=int, default=DEFAULTS.check_every, show_default=True,
+@click.option("--check-every", type=int, default=DEFAULTS["check_every"], show_default=True,
               help="Also check after every N timed ops (implies --check; 0: once per size).")
-@click.option("--splits", default=DEFAULTS.splits, show_default=True,
+@click.option("--splits", default=DEFAULTS["splits"], show_default=True,
               help="v-collectives: spread:F (0..1) or a CSV/YAML file of a world x world byte matrix.")
-@click.option("--p2p-window", type=int, default=DEFAULTS.p2p_window, show_default=True,
+@click.option("--p2p-window", type=int, default=DEFAULTS["p2p_window"], show_default=True,
               help="Messages in flight per op for p2p_uni and p2p_bidir.")
-@click.option("--premul-factor", type=float, default=DEFAULTS.premul_factor, show_default=True,
+@click.option("--premul-factor", type=float, default=DEFAULTS["premul_factor"], show_default=True,
               help="The factor of --op premul_sum (NCCL only).")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **options: Any) -> int:
@@ -157,8 +164,8 @@ def sweep(ctx: click.Context, sweep_file: str, **options: Any) -> int:
 
 
 def option_fields(command: click.Command) -> dict[str, str]:
-    """Each option's parameter name -> the RunConfig field it sets (`collective` -> `collectives`)."""
-    known = {f.name for f in fields(RunConfig)}
+    """Each option's parameter name -> the configuration field it sets (`collective` -> `collectives`)."""
+    known = {*RUN_FIELDS, *LAUNCH_FIELDS}
     found = {}
     for param in command.params:
         if isinstance(param, click.Option) and param.name:
@@ -177,7 +184,7 @@ def sweep_file_aliases(command: click.Command) -> dict[str, str]:
 
 
 def fields_from_options(values: dict[str, Any], command: click.Command) -> dict[str, Any]:
-    """RunConfig fields from the options' values: list fields are parsed from their text form."""
+    """Configuration fields from the options' values: list fields are parsed from their text form."""
     by_param = option_fields(command)
     found = {}
     for name, value in values.items():
@@ -193,11 +200,14 @@ def fields_from_options(values: dict[str, Any], command: click.Command) -> dict[
 
 
 def _launch(ctx: click.Context, config_file: str | None, options: dict[str, Any]) -> int:
-    from commbench.launch import launch
-
     typed = {name for name in options
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
-    return launch(command_line_configs(ctx.command, config_file, options, typed, list(ctx.obj["argv"])))
+    configs = command_line_configs(ctx.command, config_file, options, typed, list(ctx.obj["argv"]))
+    # torch comes in with the launch: a usage error above answers without it
+    from commbench.launch import launch
+    from commbench.runner import run_benchmarks
+
+    return launch(configs, work=run_benchmarks)
 
 
 def command_line_configs(command: click.Command, config_file: str | None, options: dict[str, Any],
@@ -206,17 +216,10 @@ def command_line_configs(command: click.Command, config_file: str | None, option
     user typed (``typed``) on top. UsageError on any problem, before anything starts."""
     values = fields_from_options(options, command)
     if config_file is None:
-        return [resolve(RunConfig(**values, argv=argv))]
+        return [resolve(run_config(**values, argv=argv))]
     overrides = fields_from_options({name: options[name] for name in typed}, command)
     configs = load_sweep(config_file, base=values, overrides=overrides, aliases=sweep_file_aliases(command))
-    return [replace(config, argv=argv) for config in configs]
-
-
-def option_defaults(command: click.Command) -> dict[str, Any]:
-    """Every option of ``command`` at its default value, as click would pass it."""
-    context = click.Context(command)
-    return {param.name: param.get_default(context) for param in command.params
-            if isinstance(param, click.Option) and param.name}
+    return [replace(config, launch=replace(config.launch, argv=argv)) for config in configs]
 
 
 # --- reading saved results ----------------------------------------------------------------------
@@ -305,7 +308,9 @@ def fsdp(ctx: click.Context, buckets: str, **options) -> int:
     from commbench.launch import launch
     from commbench.patterns.fsdp import FsdpConfig, resolve_fsdp, run_fsdp
 
-    config = FsdpConfig(buckets=parse_list(buckets) or [buckets], argv=list(ctx.obj["argv"]), **options)
+    launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
+    setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
+    config = FsdpConfig(launch=setup, buckets=parse_list(buckets) or [buckets], **options)
     return launch([resolve_fsdp(config)], work=run_fsdp)
 
 
@@ -330,10 +335,11 @@ def replay(ctx: click.Context, traces: tuple[str, ...], **options: Any) -> int:
     spawns as many ranks as the recording has. See docs/replay.md."""
     from commbench.replay.command import ReplayConfig, launch_replay, resolve_replay
 
+    launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
     if ctx.get_parameter_source("nproc") != ParameterSource.COMMANDLINE:
-        options["nproc"] = 0  # as many ranks as the recording has
-    config = ReplayConfig(traces=list(traces), argv=list(ctx.obj["argv"]), **options)
-    return launch_replay(resolve_replay(config))
+        launch_values["nproc"] = 0  # as many ranks as the recording has
+    setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
+    return launch_replay(resolve_replay(ReplayConfig(launch=setup, traces=list(traces), **options)))
 
 
 @cli.command("list")
@@ -350,8 +356,8 @@ def list_command(ctx: click.Context, backend: str | None, device: str | None, np
         raise UsageError(f"--nproc {nproc} must be at least 1")
     backend, device = resolve_backend_and_device(backend, device)
     # A short timeout: a probe that one rank refuses and another waits on must not stall the listing.
-    return launch_list(RunConfig(backend=backend, device=device, nproc=nproc, timeout_s=30.0,
-                                 argv=list(ctx.obj["argv"])))
+    return launch_list(LaunchConfig(backend=backend, device=device, nproc=nproc, timeout_s=30.0,
+                                    argv=list(ctx.obj["argv"])))
 
 
 def _one_line(text: str) -> str:

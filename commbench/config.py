@@ -1,39 +1,72 @@
-"""The run configuration: one dataclass the command line (and sweep files) fill, validated in one place.
+"""The configuration: one launch dataclass every benchmark nests, the sweep's own dataclass, and their
+validation in one place.
 
-Validation happens before any process group starts, so bad input always ends with a one-line message
-and exit status 2.
+``LaunchConfig`` holds what belongs to the whole run (one process group, one set of files, one console):
+where the ranks come from, how long to wait, the sub-communicators, where rows go and how the console
+shows them. Every kind of benchmark (a sweep's ``RunConfig``, a pattern's config, ...) nests one and
+offers ``check_world`` for the checks that need the world size. Validation happens before any process
+group starts, so bad input always ends with a one-line message and exit status 2. Importing this module
+does not import torch; only resolving the backend and device does.
 """
 
 import math
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Protocol
 
-import torch
-import torch.distributed as dist
-
-from commbench.collectives import PLACEMENTS, resolve_collectives
+from commbench.collectives import MODES, PLACEMENTS, resolve_collectives
 from commbench.dtypes import canonical_dtype, element_size
 from commbench.errors import UsageError, did_you_mean
-from commbench.groups import check_group_options
+from commbench.groups import check_group_options, split_world
 from commbench.sizes import parse_size, parse_sizes
-from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, parse_splits
+from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, check_world_size, parse_splits
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
-MODES = ("sync", "async")
 BARRIERS = ("none", "per-iter")
 REDUCE_OPS = ("sum", "avg", "min", "max", "prod", "premul_sum")
 OUTPUT_FORMATS = ("table", "nccl-tests", "jsonl")
 DEFAULT_SIZES = "1K:16M"
 
 
-@dataclass
-class RunConfig:
-    """One benchmark: the command line fills one, a sweep file one per entry of its `benchmarks` list."""
+@dataclass(kw_only=True)
+class LaunchConfig:
+    """Settings of the whole run, shared by its benchmarks: set on the command line or under a sweep
+    file's `defaults`, never per benchmark."""
 
+    backend: str | None = None  # None: nccl when CUDA is available, else gloo
+    device: str | None = None  # None: cuda for nccl/ucc when available, else cpu
+    nproc: int = 2  # ranks to spawn when no launcher is present
+    timeout_s: float = 300.0  # process-group start, each collective, each check-in
+    group_size: int | None = None  # ranks per sub-communicator (None: the whole world is one group)
+    group_layout: str | None = None  # contiguous (default with group_size) or strided
+    groups: str | None = None  # intra-node or inter-node: groups from the ranks' host names
+    output_dir: str = "results"
+    csv_path: str | None = None
+    json_path: str | None = None
+    output_format: str = "table"  # console output: table, nccl-tests or jsonl
+    quiet: bool = False
+    per_rank: bool = False  # print each rank's mean time and arrival skew
+    skew_threshold_percent: float = 25.0  # a skew above this % of the p50 time names the straggler
+    argv: list[str] = field(default_factory=list)  # the command line, recorded with results
+
+
+class Benchmark(Protocol):
+    """What launch needs of any benchmark's configuration."""
+
+    launch: LaunchConfig
+
+    def check_world(self, world_size: int) -> None:
+        """UsageError for what does not fit a world of this size; run before any process group."""
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """One sweep benchmark: the command line fills one, a sweep file one per entry of `benchmarks`."""
+
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
     name: str = ""  # the benchmark's name in a sweep file, recorded in each row
     collectives: list[str] = field(default_factory=lambda: ["all_reduce"])
     sizes: list[int] = field(default_factory=list)
@@ -57,65 +90,73 @@ class RunConfig:
     cuda_graph: int = 0  # replays of a captured window; 0: no graph
     max_memory: int | None = None  # bytes of buffers per rank above which a size is refused
     root: int = 0
-    backend: str | None = None  # None: nccl when CUDA is available, else gloo
-    device: str | None = None  # None: cuda for nccl/ucc when available, else cpu
-    nproc: int = 2  # ranks to spawn when no launcher is present
-    timeout_s: float = 300.0
-    output_dir: str = "results"
-    csv_path: str | None = None
-    json_path: str | None = None
-    quiet: bool = False
-    group_size: int | None = None  # ranks per sub-communicator (None: the whole world is one group)
-    group_layout: str | None = None  # contiguous (default with group_size) or strided
-    groups: str | None = None  # intra-node or inter-node: groups from the ranks' host names
-    per_rank: bool = False  # print each rank's mean time and arrival skew
-    skew_threshold_percent: float = 25.0  # a skew above this % of the p50 time names the straggler
-    output_format: str = "table"  # console output: table, nccl-tests or jsonl
-    argv: list[str] = field(default_factory=list)  # the command line, recorded with results
+
+    def check_world(self, world_size: int) -> None:
+        """The root and a splits file against the ranks one collective will span in this world (groups
+        from host names are known only once the ranks have started: run_sweep checks those)."""
+        launch = self.launch
+        if launch.group_size is None:
+            self.check_span(world_size, whole_world=True)
+            return
+        plan = split_world(world_size, launch.group_size, launch.group_layout or "contiguous")
+        self.check_span(plan.size, whole_world=plan.is_world)
+
+    def check_span(self, ranks: int, whole_world: bool) -> None:
+        """UsageError when the root or a splits file does not fit a collective over ``ranks`` ranks, or
+        when no size is left to measure (every one too small for an element per rank)."""
+        if self.root >= ranks:
+            where = f"the world of {ranks} ranks" if whole_world else f"a group of {ranks} ranks"
+            raise UsageError(f"--root {self.root} is outside {where}")
+        if self.split_matrix is not None:  # a splits file must be n x n, n the group size
+            check_world_size(split_spec(self), ranks)
+        from commbench.planning import plan_tables  # planning builds on this module
+
+        tables, notes = plan_tables(self, ranks)
+        if not any(table.sizes for table in tables):
+            why = f": {notes[0]}" if notes else ""
+            name = f"benchmark {self.name!r}: " if self.name else ""
+            raise UsageError(f"{name}nothing to measure at {ranks} ranks{why}")
 
 
-# Settings of the whole run (one process group, one set of files, one console): in a sweep file they go
-# under `defaults` or on the command line, never in one benchmark. Every other field is per benchmark.
-RUN_WIDE_FIELDS = ("backend", "device", "nproc", "timeout_s", "output_dir", "csv_path", "json_path", "quiet",
-                   "output_format", "group_size", "group_layout", "groups", "per_rank",
-                   "skew_threshold_percent", "argv")
+LAUNCH_FIELDS = tuple(f.name for f in fields(LaunchConfig))
+RUN_FIELDS = tuple(f.name for f in fields(RunConfig) if f.name != "launch")
 
 
-def parse_modes(text: str) -> list[str]:
-    modes: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if part == "both":
-            modes.extend(MODES)
-        elif part in MODES:
-            modes.append(part)
-        elif part:
-            raise UsageError(f"unknown mode {part!r}{did_you_mean(part, [*MODES, 'both'])}; "
-                             "choose sync, async or both")
-    if not modes:
-        raise UsageError("no mode given: --mode sync, async or both")
-    return list(dict.fromkeys(modes))
+def run_config(**values: Any) -> RunConfig:
+    """A RunConfig from flat field values (launch fields included), as the command line and sweep
+    files name them."""
+    launch = {name: values.pop(name) for name in list(values) if name in LAUNCH_FIELDS}
+    return RunConfig(launch=LaunchConfig(**launch), **values)
+
+
+def flat_fields(config: RunConfig) -> dict[str, Any]:
+    """Every field of a RunConfig by its flat name (the inverse of run_config)."""
+    values = {name: getattr(config, name) for name in RUN_FIELDS}
+    values.update({name: getattr(config.launch, name) for name in LAUNCH_FIELDS})
+    return values
 
 
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def parse_placements(text: str) -> list[str]:
-    placements: list[str] = []
+def parse_choices(text: str, choices: tuple[str, ...], flag: str) -> list[str]:
+    """A comma list of ``choices`` ('both' meaning all of them), duplicates dropped."""
+    chosen: list[str] = []
     for part in parse_list(text):
         if part == "both":
-            placements.extend(PLACEMENTS)
-        elif part in PLACEMENTS:
-            placements.append(part)
+            chosen.extend(choices)
+        elif part in choices:
+            chosen.append(part)
         else:
-            raise UsageError(f"unknown placement {part!r}{did_you_mean(part, [*PLACEMENTS, 'both'])}; "
-                             "choose out-of-place, in-place or both")
-    if not placements:
-        raise UsageError("no placement given: --placement out-of-place, in-place or both")
-    return list(dict.fromkeys(placements))
+            raise UsageError(f"unknown {flag[2:]} {part!r}{did_you_mean(part, [*choices, 'both'])}; "
+                             f"choose {', '.join(choices)} or both")
+    if not chosen:
+        raise UsageError(f"no {flag[2:]} given: {flag} {', '.join(choices)} or both")
+    return list(dict.fromkeys(chosen))
 
 
-def split_spec(config: "RunConfig") -> SplitSpec:
+def split_spec(config: RunConfig) -> SplitSpec:
     """The --splits of a resolved config (the file's matrix as resolve() read it)."""
     if config.split_matrix is not None:
         return SplitSpec(text=config.splits, matrix=tuple(tuple(row) for row in config.split_matrix),
@@ -130,7 +171,7 @@ SCALAR_TEXT_PARSERS: dict[str, Callable[[str], Any]] = {"max_memory": parse_size
 
 
 def list_field_from_text(name: str, text: str) -> list:
-    """RunConfig.<name>, a list field, from the text a user typed (the command line's form)."""
+    """The list field ``name`` from the text a user typed (the command line's form)."""
     parser = LIST_ITEM_PARSERS.get(name)
     if parser is not None:
         return parser(text)
@@ -149,12 +190,72 @@ def is_list_field(name: str) -> bool:
 
 
 def field_type(name: str) -> tuple[Any, bool]:
-    """(the type of RunConfig.<name> without None, whether it may be None), from its annotation."""
-    hint = typing.get_type_hints(RunConfig)[name]
+    """(the type of the field ``name`` of RunConfig or LaunchConfig without None, whether it may be
+    None), from its annotation."""
+    owner = LaunchConfig if name in LAUNCH_FIELDS else RunConfig
+    hint = typing.get_type_hints(owner)[name]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         others = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         return (others[0] if len(others) == 1 else hint), len(others) < len(typing.get_args(hint))
     return hint, False
+
+
+def check_count(flag: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise UsageError(f"{flag} {value} must be at least {minimum}")
+
+
+def resolve_launch(launch: LaunchConfig) -> LaunchConfig:
+    """A copy with the backend and device chosen and every value checked; UsageError on the first
+    problem. The backend is resolved last: it is the one check that imports torch."""
+    check_count("--nproc", launch.nproc, minimum=1)
+    if launch.timeout_s <= 0:
+        raise UsageError(f"--timeout {launch.timeout_s:g} must be above 0 seconds")
+    check_group_options(launch.group_size, launch.group_layout, launch.groups)
+    if launch.skew_threshold_percent < 0:
+        raise UsageError(f"--skew-threshold {launch.skew_threshold_percent:g} must not be negative")
+    if launch.output_format not in OUTPUT_FORMATS:
+        raise UsageError(f"unknown format {launch.output_format!r}"
+                         f"{did_you_mean(launch.output_format, list(OUTPUT_FORMATS))}; "
+                         f"choose from {', '.join(OUTPUT_FORMATS)}")
+    backend, device = resolve_backend_and_device(launch.backend, launch.device)
+    return replace(launch, backend=backend, device=device)
+
+
+def _check_counts(config: RunConfig) -> None:
+    check_count("--warmup", config.warmup, minimum=0)
+    if config.iters is not None:
+        check_count("--iters", config.iters, minimum=1)
+    check_count("--min-iters", config.min_iters, minimum=1)
+    check_count("--max-iters", config.max_iters, minimum=1)
+    if config.min_iters > config.max_iters:
+        raise UsageError(f"--min-iters {config.min_iters} is above --max-iters {config.max_iters}")
+    if config.time_per_size <= 0:
+        raise UsageError(f"--time-per-size {config.time_per_size:g} must be above 0 seconds")
+    if not 0 < config.precision < 1:
+        raise UsageError(f"--precision {config.precision:g} must be a fraction between 0 and 1, e.g. 0.05")
+    check_count("--cuda-graph", config.cuda_graph, minimum=0)
+    check_count("--check-every", config.check_every, minimum=0)
+    check_count("--p2p-window", config.p2p_window, minimum=1)
+
+
+def _check_values(config: RunConfig) -> None:
+    for op in config.ops:
+        if op not in REDUCE_OPS:
+            raise UsageError(f"unknown reduce op {op!r}{did_you_mean(op, list(REDUCE_OPS))}; "
+                             f"choose from {', '.join(REDUCE_OPS)}")
+    if not config.sizes:
+        raise UsageError("no sizes given")
+    if any(size < 0 for size in config.sizes):
+        raise UsageError("sizes must not be negative")
+    if config.barrier not in BARRIERS:
+        raise UsageError(f"unknown --barrier {config.barrier!r}; choose {' or '.join(BARRIERS)}")
+    if config.max_memory is not None and config.max_memory <= 0:
+        raise UsageError("--max-memory must be above 0 bytes")
+    if config.root < 0:
+        raise UsageError(f"--root {config.root} must not be negative")
+    if not math.isfinite(config.premul_factor):
+        raise UsageError(f"--premul-factor {config.premul_factor} must be a finite number")
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -163,75 +264,35 @@ def resolve(config: RunConfig) -> RunConfig:
     dtypes = list(dict.fromkeys(canonical_dtype(name) for name in config.dtypes))
     if not dtypes:
         raise UsageError("no dtype given")
-    modes = parse_modes(",".join(config.modes))
-    ops = list(dict.fromkeys(config.ops))
-    for op in ops:
-        if op not in REDUCE_OPS:
-            raise UsageError(f"unknown reduce op {op!r}{did_you_mean(op, list(REDUCE_OPS))}; "
-                             f"choose from {', '.join(REDUCE_OPS)}")
-    if not config.sizes:
-        raise UsageError("no sizes given")
-    if any(size < 0 for size in config.sizes):
-        raise UsageError("sizes must not be negative")
-    _check_count("--warmup", config.warmup, minimum=0)
-    if config.iters is not None:
-        _check_count("--iters", config.iters, minimum=1)
-    _check_count("--min-iters", config.min_iters, minimum=1)
-    _check_count("--max-iters", config.max_iters, minimum=1)
-    if config.min_iters > config.max_iters:
-        raise UsageError(f"--min-iters {config.min_iters} is above --max-iters {config.max_iters}")
-    if config.time_per_size <= 0:
-        raise UsageError(f"--time-per-size {config.time_per_size:g} must be above 0 seconds")
-    if not 0 < config.precision < 1:
-        raise UsageError(f"--precision {config.precision:g} must be a fraction between 0 and 1, e.g. 0.05")
-    if config.barrier not in BARRIERS:
-        raise UsageError(f"unknown --barrier {config.barrier!r}; choose {' or '.join(BARRIERS)}")
-    _check_count("--cuda-graph", config.cuda_graph, minimum=0)
-    if config.max_memory is not None and config.max_memory <= 0:
-        raise UsageError("--max-memory must be above 0 bytes")
-    _check_count("--nproc", config.nproc, minimum=1)
-    if config.root < 0:
-        raise UsageError(f"--root {config.root} must not be negative")
-    if config.timeout_s <= 0:
-        raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
-    check_group_options(config.group_size, config.group_layout, config.groups)
-    if config.skew_threshold_percent < 0:
-        raise UsageError(f"--skew-threshold {config.skew_threshold_percent:g} must not be negative")
-    placements = parse_placements(",".join(config.placements)) if config.placements else []
-    _check_count("--check-every", config.check_every, minimum=0)
-    _check_count("--p2p-window", config.p2p_window, minimum=1)
-    if not math.isfinite(config.premul_factor):
-        raise UsageError(f"--premul-factor {config.premul_factor} must be a finite number")
+    modes = parse_choices(",".join(config.modes), MODES, "--mode")
+    _check_values(config)
+    _check_counts(config)
+    placements = parse_choices(",".join(config.placements), PLACEMENTS, "--placement") \
+        if config.placements else []
     spec = parse_splits(config.splits)
     check_element_sizes(spec, {dtype: element_size(dtype) for dtype in dtypes})
     matrix = [list(row) for row in spec.matrix] if spec.matrix is not None else None
-
-    if config.output_format not in OUTPUT_FORMATS:
-        raise UsageError(f"unknown format {config.output_format!r}"
-                         f"{did_you_mean(config.output_format, list(OUTPUT_FORMATS))}; "
-                         f"choose from {', '.join(OUTPUT_FORMATS)}")
-
-    backend, device = resolve_backend_and_device(config.backend, config.device)
-    if config.cuda_graph and (device != "cuda" or backend != "nccl"):
+    launch = resolve_launch(config.launch)
+    if config.cuda_graph and (launch.device != "cuda" or launch.backend != "nccl"):
         raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
                          "and --backend nccl")
-    return replace(config, collectives=collectives, dtypes=dtypes, modes=modes, ops=ops,
-                   placements=placements, check=config.check or config.check_every > 0,
-                   splits=spec.text, split_matrix=matrix, backend=backend, device=device)
-
-
-def _check_count(flag: str, value: int, minimum: int) -> None:
-    if value < minimum:
-        raise UsageError(f"{flag} {value} must be at least {minimum}")
+    return replace(config, launch=launch, collectives=collectives, dtypes=dtypes, modes=modes,
+                   ops=list(dict.fromkeys(config.ops)), placements=placements,
+                   check=config.check or config.check_every > 0, splits=spec.text, split_matrix=matrix)
 
 
 def resolve_backend_and_device(backend: str | None, device: str | None) -> tuple[str, str]:
+    if backend is not None and backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}{did_you_mean(backend, list(BACKENDS))}; "
+                         f"choose from {', '.join(BACKENDS)}")
+    if device is not None and device not in DEVICES:
+        raise UsageError(f"unknown device {device!r}; choose cpu or cuda")
+    import torch
+    import torch.distributed as dist
+
     cuda = torch.cuda.is_available()
     if backend is None:
         backend = "nccl" if cuda and device != "cpu" else "gloo"
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}{did_you_mean(backend, list(BACKENDS))}; "
-                         f"choose from {', '.join(BACKENDS)}")
     available = {
         "gloo": dist.is_available() and dist.is_gloo_available(),
         "nccl": dist.is_available() and dist.is_nccl_available() and cuda,
@@ -244,11 +305,8 @@ def resolve_backend_and_device(backend: str | None, device: str | None) -> tuple
         raise UsageError(f"backend {backend} is not available: it {why}")
     if device is None:
         device = "cuda" if cuda and backend in ("nccl", "ucc") else "cpu"
-    if device not in DEVICES:
-        raise UsageError(f"unknown device {device!r}; choose cpu or cuda")
     if device == "cuda" and not cuda:
         raise UsageError("--device cuda but CUDA is not available on this machine")
     if backend == "nccl" and device != "cuda":
         raise UsageError("backend nccl runs on CUDA devices only: use --device cuda or --backend gloo")
     return backend, device
-

@@ -42,7 +42,8 @@ def header_line(meta: RunMeta) -> str:
                   if groups.get("count", 1) > 1 else "")
     return (f"commbench {meta.commbench_version} · backend {meta.backend} · device {meta.device} · "
             f"world size {meta.world_size}{group_text} · torch {meta.torch_version}{versions} · "
-            f"{host_text} · launcher {meta.launcher} · run {meta.run_id}")
+            f"{host_text} · launcher {meta.launcher} · run {meta.run_id} · "
+            "sizes in binary units (1K = 1024 B)")
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -141,10 +142,6 @@ def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
     fits = list(fits)
     footer = [fit_line(fit, with_mode=len(modes) > 1) for fit in fits]
     return TextTable(group_title(rows[0]), columns, cells_by_size, footer=footer)
-
-
-def rows_table(rows: Iterable[Row]) -> Table:
-    return rich_table(run_table(rows))
 
 
 def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int, int]) -> Table:
@@ -258,7 +255,7 @@ class ConsoleReporter(ReporterBase):
     def row(self, row: Row) -> None:
         pass  # the table waits for its group
 
-    def group_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
+    def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         if not rows:
             return
         if rows[0].pattern:  # a workload pattern's rows have tables of their own

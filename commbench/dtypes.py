@@ -1,20 +1,28 @@
-"""Data types by the names users type, with the usual short aliases."""
+"""Data types by the names users type, with the usual short aliases.
 
-import torch
+Names and element sizes need no torch (the command line checks them before torch is imported); every
+dtype here exists in the torch versions commbench supports (2.1 and later).
+"""
+
+from typing import TYPE_CHECKING
 
 from commbench.errors import UsageError, did_you_mean
 
-_CANONICAL = {
-    "float32": "float32",
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "float64": "float64",
-    "int8": "int8",
-    "uint8": "uint8",
-    "int32": "int32",
-    "int64": "int64",
-    "float8_e4m3fn": "float8_e4m3fn",
-    "float8_e5m2": "float8_e5m2",
+if TYPE_CHECKING:
+    import torch
+
+# Canonical name -> bytes per element.
+ELEMENT_SIZES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "int64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
 }
 _ALIASES = {
     "fp32": "float32", "float": "float32",
@@ -27,24 +35,24 @@ _ALIASES = {
 
 
 def canonical_dtype(name: str) -> str:
-    """The canonical name for a dtype the user typed; UsageError when unknown or absent from this torch."""
+    """The canonical name for a dtype the user typed; UsageError when unknown."""
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
-    if key not in _CANONICAL:
-        raise UsageError(f"unknown dtype {name!r}{did_you_mean(key, list(_CANONICAL))}; "
-                         f"choose from {', '.join(_CANONICAL)}")
-    if not hasattr(torch, key):
-        raise UsageError(f"dtype {key} is not available in torch {torch.__version__}")
+    if key not in ELEMENT_SIZES:
+        raise UsageError(f"unknown dtype {name!r}{did_you_mean(key, list(ELEMENT_SIZES))}; "
+                         f"choose from {', '.join(ELEMENT_SIZES)}")
     return key
 
 
-def torch_dtype(name: str) -> torch.dtype:
+def torch_dtype(name: str) -> "torch.dtype":
+    import torch
+
     return getattr(torch, canonical_dtype(name))
 
 
 def element_size(name: str) -> int:
-    return torch.empty((), dtype=torch_dtype(name)).element_size()
+    return ELEMENT_SIZES[canonical_dtype(name)]
 
 
 def known_dtypes() -> list[str]:
-    return [name for name in _CANONICAL if hasattr(torch, name)]
+    return list(ELEMENT_SIZES)

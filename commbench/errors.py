@@ -1,4 +1,13 @@
-"""The two ways commbench stops early: the user asked for something wrong, or the run failed."""
+"""The ways commbench stops early: the user asked for something wrong, the run failed, or a signal came.
+
+``failures_named`` is the one place a backend's exception becomes a RunError naming what failed and where;
+``brief`` the one way to shorten an exception's text for a message.
+"""
+
+import difflib
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class UsageError(Exception):
@@ -32,8 +41,6 @@ class AlreadyReported(Exception):
 def brief(exc: BaseException) -> str:
     """An exception's message as one short line: the first line, without a leading [file:line]
     location, cut after its first sentence when long (backends append advice and stack frames)."""
-    import re
-
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     line = re.sub(r"^\[[^\]]*:\d+\]\s*", "", line)
@@ -44,7 +51,18 @@ def brief(exc: BaseException) -> str:
 
 def did_you_mean(word: str, choices: list[str]) -> str:
     """A ' (did you mean X?)' suffix for the closest choice, or '' when nothing is close."""
-    import difflib
-
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+@contextmanager
+def failures_named(describe: Callable[[], str]) -> Iterator[None]:
+    """Turn any other exception raised inside into a RunError: ``describe()`` says what failed and
+    where ('all_reduce (float32, sum, sync) failed at size 4 KiB on rank 0'), then the backend's words.
+    commbench's own stops (usage errors, run errors, signals) pass through unchanged."""
+    try:
+        yield
+    except (RunError, UsageError, Terminated):
+        raise
+    except Exception as exc:
+        raise RunError(f"{describe()}: {brief(exc)}") from exc

@@ -16,11 +16,14 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from commbench.console import ConsoleReporter, ReporterBase, group_title, header_line, make_console
 from commbench.fit import SeriesFit, fit_line
 from commbench.results import Row, RunMeta, clean_for_json
+
+if TYPE_CHECKING:
+    from commbench.config import LaunchConfig
 
 # Our dtype and reduce-op names in nccl-tests' spelling.
 NCCL_TESTS_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
@@ -97,7 +100,7 @@ class NcclTestsReporter(ReporterBase):
             if row.error:
                 self._print(f"# error: {row.mode}: {row.error}")
 
-    def group_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
+    def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         self._flush()
         self.header_done = False
         if not rows:
@@ -131,7 +134,7 @@ class JsonLinesReporter(ReporterBase):
     def row(self, row: Row) -> None:
         print(json.dumps(clean_for_json(asdict(row))), file=self.out, flush=True)
 
-    def group_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
+    def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         pass
 
     def files(self, paths: Iterable[str]) -> None:
@@ -139,7 +142,7 @@ class JsonLinesReporter(ReporterBase):
 
 
 class SilentReporter(ReporterBase):
-    """--quiet: nothing on the console; the files are written all the same."""
+    """--quiet: nothing on stdout; the one line saying where the files are goes to stderr."""
 
     def header(self, meta: RunMeta) -> None:
         pass
@@ -150,22 +153,22 @@ class SilentReporter(ReporterBase):
     def row(self, row: Row) -> None:
         pass
 
-    def group_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
+    def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         pass
 
     def files(self, paths: Iterable[str]) -> None:
-        pass
+        print(f"results: {', '.join(paths)}", file=sys.stderr, flush=True)
 
 
 Reporter = ConsoleReporter | NcclTestsReporter | JsonLinesReporter | SilentReporter
 
 
-def make_reporter(output_format: str, quiet: bool, per_rank: bool = False,
-                  skew_threshold: float = 25.0) -> Reporter:
-    if quiet:
+def make_reporter(setup: "LaunchConfig") -> Reporter:
+    if setup.quiet:
         return SilentReporter()
-    if output_format == "nccl-tests":
+    if setup.output_format == "nccl-tests":
         return NcclTestsReporter(sys.stdout)
-    if output_format == "jsonl":
+    if setup.output_format == "jsonl":
         return JsonLinesReporter(sys.stdout, sys.stderr)
-    return ConsoleReporter(make_console(), per_rank=per_rank, skew_threshold=skew_threshold)
+    return ConsoleReporter(make_console(), per_rank=setup.per_rank,
+                           skew_threshold=setup.skew_threshold_percent)

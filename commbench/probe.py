@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from rich.console import Console
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.collectives import REGISTRY, Collective, Layout
-from commbench.config import MODES, REDUCE_OPS
+from commbench.collectives import MODES, REGISTRY, Collective, Layout
+from commbench.config import REDUCE_OPS
 from commbench.console import TextTable, print_table
 from commbench.dtypes import element_size, known_dtypes, torch_dtype
+from commbench.errors import brief
 from commbench.splits import DEFAULT_SPLITS, parse_splits
 
 PROBE_ELEMENTS = 2  # per rank chunk: small enough to be instant, more than one element per rank
@@ -49,11 +50,10 @@ def try_op(backend: Backend, collective: Collective, dtype: str, op: str, mode: 
         for tensor in buffers.tensors():
             tensor.zero_()
         args = CollectiveArgs(op=op or "sum", root=0, async_op=mode == "async", **buffers.call_options())
-        getattr(backend, collective.method)(args)
+        collective.issue(backend, args)
         backend.complete(args)
     except Exception as exc:  # a refusal is the answer we are looking for
-        text = str(exc).strip()
-        return (text.splitlines()[0] if text else type(exc).__name__)[:160]
+        return brief(exc)[:160]
     return None
 
 

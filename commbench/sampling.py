@@ -19,9 +19,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from commbench.backends.base import Backend, CollectiveArgs
+from commbench.backends.base import Backend
 from commbench.stats import MIN_SAMPLES_FOR_CI, ci95_rel, slowest_rank_per_iteration
-from commbench.timing import TimedRegion, time_async, time_cuda_graph, time_sync
+from commbench.timing import BoundOp, TimedRegion, time_async, time_cuda_graph, time_sync
 
 ASYNC_WINDOWS = 10  # adaptive async mode splits its op count into about this many windows
 
@@ -112,25 +112,25 @@ def _gather(backend: Backend, regions: list[TimedRegion]) -> tuple[list[list[flo
     return [values[:count] for values in gathered], [values[count:] for values in gathered]
 
 
-def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
-            policy: SamplingPolicy, budget: IterationBudget, size_bytes: int,
+def collect(op: BoundOp, mode: str, budget: IterationBudget, size_bytes: int,
             interlude: Interlude | None = None) -> Sampled:
-    """Time ``call`` in ``mode`` under ``policy``; every rank returns the same samples of every rank.
+    """Time ``op`` in ``mode`` under the budget's policy; every rank returns the same samples of every
+    rank.
 
     With an ``interlude`` its work runs after every ``interlude.every`` timed ops (not with CUDA graphs,
     whose replays are checked only after timing).
     """
+    policy, backend = budget.policy, op.backend
     if policy.cuda_graph_replays:
         ops = policy.fixed_iters or 20
-        seconds, arrivals = _gather(backend, [time_cuda_graph(call, backend, args, ops,
-                                                              policy.cuda_graph_replays)])
+        seconds, arrivals = _gather(backend, [time_cuda_graph(op, ops, policy.cuda_graph_replays)])
         return Sampled(seconds, ops * policy.cuda_graph_replays, arrivals)
     if policy.fixed_iters is not None:
-        regions = _split_timed(call, backend, args, mode, policy, policy.fixed_iters, interlude)
+        regions = _split_timed(op, mode, policy, policy.fixed_iters, interlude)
         seconds, arrivals = _gather(backend, regions)
         return Sampled(seconds, policy.fixed_iters, arrivals)
 
-    probe_seconds = time_sync(call, backend, args, 1).seconds
+    probe_seconds = time_sync(op, 1).seconds
     probe = max(max(values) for values in backend.all_gather_floats(probe_seconds))
     count = budget.choose(size_bytes, probe) if backend.rank == 0 else 0
     count = backend.broadcast_object(count)
@@ -146,11 +146,11 @@ def collect(call: Callable[[CollectiveArgs], None], backend: Backend, args: Coll
     taken, batch = 0, first_batch
     while batch > 0:
         if mode == "sync":
-            regions = _split_timed(call, backend, args, mode, policy, batch, interlude)
+            regions = _split_timed(op, mode, policy, batch, interlude)
         else:
             regions = []
             for _ in range(batch):
-                regions.append(time_async(call, backend, args, ops_per_sample))
+                regions.append(time_async(op, ops_per_sample))
                 if interlude is not None:
                     interlude.after(ops_per_sample)
         seconds, arrivals = _gather(backend, regions)
@@ -175,23 +175,22 @@ def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingP
     return min(wanted - taken, taken)  # double what has been taken, within the budget
 
 
-def _split_timed(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
-                 policy: SamplingPolicy, iters: int, interlude: Interlude | None) -> list[TimedRegion]:
+def _split_timed(op: BoundOp, mode: str, policy: SamplingPolicy, iters: int, interlude: Interlude | None
+                 ) -> list[TimedRegion]:
     """``iters`` timed ops as one region, or as regions of at most ``interlude.every`` ops with the
     interlude's work between them."""
     regions = []
     remaining = iters
     while remaining > 0:
         ops = remaining if interlude is None else min(remaining, interlude.every)
-        regions.append(_timed(call, backend, args, mode, policy, ops))
+        regions.append(_timed(op, mode, policy, ops))
         remaining -= ops
         if interlude is not None:
             interlude.after(ops)
     return regions
 
 
-def _timed(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs, mode: str,
-           policy: SamplingPolicy, iters: int) -> TimedRegion:
+def _timed(op: BoundOp, mode: str, policy: SamplingPolicy, iters: int) -> TimedRegion:
     if mode == "sync":
-        return time_sync(call, backend, args, iters, barrier_per_iter=policy.barrier_per_iter)
-    return time_async(call, backend, args, iters)
+        return time_sync(op, iters, barrier_per_iter=policy.barrier_per_iter)
+    return time_async(op, iters)

@@ -16,6 +16,12 @@ def configs_dir() -> Path | None:
     return None
 
 
+def shipped_names(folder: str = "") -> list[str]:
+    """The bare names of the shipped files in configs/[folder/]: `commbench sweep NAME` runs one."""
+    root = configs_dir()
+    return [] if root is None else sorted(path.stem for path in (root / folder).glob("*.yaml"))
+
+
 def shipped_file(name: str, folder: str = "") -> Path | None:
     """configs/[folder/]NAME.yaml, when NAME is a bare name of a shipped file."""
     root = configs_dir()

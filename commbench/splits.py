@@ -2,7 +2,8 @@
 
 ``--splits`` is either ``spread:F`` (0 <= F <= 1), generated for every size, or a FILE (CSV or YAML)
 holding a world x world matrix of bytes: entry [i][j] is what rank i sends to rank j in all_to_allv.
-The formulas are in the README ("Uneven collectives"); the functions here are their only definition.
+The formulas are in docs/measurement.md ("Uneven (v) collectives"); the functions here are their only
+definition.
 """
 
 import csv
@@ -39,7 +40,7 @@ class SizePlan:
     the per rank chunks or the per pair matrix."""
 
     count_per_rank: int  # the largest chunk (or pair) in elements
-    size_bytes: int  # the largest per-rank byte count (see README: size of a v-collective)
+    size_bytes: int  # the largest per-rank byte count (docs/measurement.md#uneven-v-collectives)
     chunk_counts: tuple[int, ...] = ()
     pair_counts: tuple[tuple[int, ...], ...] = ()
 

@@ -6,44 +6,48 @@
         collectives: [reduce_scatter_base, all_gather_base]
         sizes: 1M:256M
 
-The keys are RunConfig's field names and the command line's spellings of them (`collective` or
-`collectives`, `timeout` or `timeout_s`, `output-dir` or `output_dir`); the accepted types come from the
-field annotations, so a field added to RunConfig is a valid key without touching this module. A value
-is what the command line would take (a comma string) or its YAML form (a list). Every problem is
-reported as ``FILE:LINE: key: problem`` (a UsageError, exit 2), before any process group starts: the
+The keys are the field names of RunConfig and LaunchConfig and the command line's spellings of them
+(`collective` or `collectives`, `timeout` or `timeout_s`, `output-dir` or `output_dir`); the accepted
+types come from the field annotations, so a field added to either is a valid key without touching this
+module. Launch settings apply to the whole run: they may appear under `defaults`, never in one benchmark.
+A value is what the command line would take (a comma string) or its YAML form (a list). Every problem
+is reported as ``FILE:LINE: key: problem`` (a UsageError, exit 2), before any process group starts: the
 line comes from PyYAML's composed nodes.
 
 Precedence, lowest first: the command line's defaults, the file's `defaults`, the benchmark's own keys,
 then the options typed on the command line.
 """
 
+import difflib
 import typing
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from commbench.config import (
+    LAUNCH_FIELDS,
     LIST_ITEM_PARSERS,
-    RUN_WIDE_FIELDS,
+    RUN_FIELDS,
     SCALAR_TEXT_PARSERS,
     RunConfig,
     field_type,
     parse_list,
     resolve,
+    run_config,
 )
 from commbench.errors import UsageError, did_you_mean
-from commbench.shipped import shipped_file
+from commbench.shipped import shipped_file, shipped_names
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
 _NOT_IN_FILES = {"argv"}
 
 
 def field_keys(aliases: dict[str, str] | None = None) -> dict[str, str]:
-    """Every key a sweep file may use, mapped onto its RunConfig field."""
+    """Every key a sweep file may use, mapped onto its configuration field."""
     keys: dict[str, str] = {}
-    for spelled, name in {**{f.name: f.name for f in fields(RunConfig)}, **(aliases or {})}.items():
+    names = {name: name for name in (*RUN_FIELDS, *LAUNCH_FIELDS)}
+    for spelled, name in {**names, **(aliases or {})}.items():
         if name in _NOT_IN_FILES:
             continue
         keys[spelled] = name
@@ -76,7 +80,7 @@ class _SweepFile:
         try:
             text = path.read_text()
         except FileNotFoundError:
-            raise UsageError(f"{path}: no such sweep file") from None
+            raise UsageError(f"{path}: no such sweep file{_shipped_hint(path)}") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path}: cannot read the sweep file: {exc}") from None
         self.loader = yaml.SafeLoader(text)
@@ -122,7 +126,7 @@ class _SweepFile:
             if field in found:
                 raise self.fail(key_node, f"{key}: sets {field} again (already set by "
                                           f"{found[field].key!r} on line {found[field].line})")
-            if in_benchmark and field in RUN_WIDE_FIELDS:
+            if in_benchmark and field in LAUNCH_FIELDS:
                 raise self.fail(key_node, f"{key}: applies to the whole run (one process group); set it "
                                           "under defaults or on the command line")
             found[field] = _Located(key, field, self.value(field, key, value_node),
@@ -130,7 +134,7 @@ class _SweepFile:
         return found
 
     def value(self, field: str, key: str, node: yaml.Node) -> Any:
-        """The node as a value for RunConfig.<field>, by the field's annotation."""
+        """The node as a value for the configuration field ``field``, by its annotation."""
         kind, optional = field_type(field)
         if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
             if optional:
@@ -235,7 +239,7 @@ class _SweepFile:
         from_file = {**defaults, **entries}
         values = {**base, **{name: located.value for name, located in from_file.items()}, **overrides}
         try:
-            return resolve(RunConfig(**values))
+            return resolve(run_config(**values))
         except UsageError as problem:
             # Name the key to blame: the first value that is wrong on its own, the command line's first.
             for name, value in overrides.items():
@@ -255,10 +259,20 @@ class _SweepFile:
 def _fails_alone(base: dict[str, Any], name: str, value: Any) -> str | None:
     """The problem ``value`` has on top of the command line's defaults, or None."""
     try:
-        resolve(RunConfig(**{**base, name: value}))
+        resolve(run_config(**{**base, name: value}))
     except UsageError as exc:
         return str(exc)
     return None
+
+
+def _shipped_hint(path: Path) -> str:
+    """Where a missing file's name is close to a shipped sweep's, the command that runs that one;
+    otherwise the shipped sweeps' names."""
+    names = shipped_names()
+    close = difflib.get_close_matches(path.stem, names, n=1, cutoff=0.6) if path.parent == Path(".") else []
+    if close:
+        return f" (did you mean `commbench sweep {close[0]}`? shipped sweeps run by bare name)"
+    return f"; the shipped sweeps are {', '.join(names)}" if names else ""
 
 
 def _type_name(kind: Any) -> str:

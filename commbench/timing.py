@@ -22,6 +22,19 @@ import torch
 from commbench.backends.base import Backend, CollectiveArgs
 
 
+@dataclass(frozen=True)
+class BoundOp:
+    """A collective bound to its backend and arguments: what the timed loops issue, ``op()`` at a time.
+    The loops set ``args.async_op`` for the mode they time."""
+
+    backend: Backend
+    args: CollectiveArgs
+    issue: Callable[[Backend, CollectiveArgs], None]
+
+    def __call__(self) -> None:
+        self.issue(self.backend, self.args)
+
+
 class WallClockTimer:
     """Host monotonic clock; the stop stamp is taken once the device is idle again."""
 
@@ -85,11 +98,10 @@ def make_timer(backend: Backend, slots: int) -> Timer:
     return WallClockTimer(backend, slots)
 
 
-def warm_up(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
-            count: int) -> None:
+def warm_up(op: BoundOp, count: int) -> None:
     for _ in range(count):
-        call(args)
-    backend.complete(args)
+        op()
+    op.backend.complete(op.args)
 
 
 @dataclass
@@ -101,13 +113,13 @@ class TimedRegion:
     arrivals: list[float]
 
 
-def time_sync(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
-              iters: int, barrier_per_iter: bool = False) -> TimedRegion:
+def time_sync(op: BoundOp, iters: int, barrier_per_iter: bool = False) -> TimedRegion:
     """Per-op seconds on this rank, each op completed before the next is issued, and its arrivals.
 
     With ``barrier_per_iter`` every op starts from a barrier (outside its timed span), so ranks enter
     each op together, as nccl-tests' -z does; without it ranks run back to back.
     """
+    backend, args = op.backend, op.args
     args.async_op = False
     timer = make_timer(backend, iters)
     backend.barrier()
@@ -116,44 +128,44 @@ def time_sync(call: Callable[[CollectiveArgs], None], backend: Backend, args: Co
         if barrier_per_iter:
             backend.barrier()
         timer.start(slot)
-        call(args)
+        op()
         timer.finish(slot, args)
     return TimedRegion(timer.seconds(), timer.arrivals(origin_ns))
 
 
-def time_async(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
-               iters: int) -> TimedRegion:
+def time_async(op: BoundOp, iters: int) -> TimedRegion:
     """Seconds per op over one window of ``iters`` ops in flight together, on this rank."""
+    backend, args = op.backend, op.args
     args.async_op = True
     timer = make_timer(backend, 1)
     backend.barrier()
     origin_ns = time.perf_counter_ns()
     timer.start(0)
     for _ in range(iters):
-        call(args)
+        op()
     timer.finish(0, args)
     args.async_op = False
     return TimedRegion([seconds / iters for seconds in timer.seconds()], timer.arrivals(origin_ns))
 
 
-def time_cuda_graph(call: Callable[[CollectiveArgs], None], backend: Backend, args: CollectiveArgs,
-                    ops: int, replays: int) -> TimedRegion:
+def time_cuda_graph(op: BoundOp, ops: int, replays: int) -> TimedRegion:
     """Seconds per op over each of ``replays`` replays of a CUDA graph holding ``ops`` ops.
 
     Capturing takes the host's launch cost out of the measurement: what is left is the device's own
     time for the collectives, back to back. A replay's arrival is when the host launched it.
     """
+    backend, args = op.backend, op.args
     args.async_op = False
     side = torch.cuda.Stream(backend.device)
     side.wait_stream(torch.cuda.current_stream(backend.device))
     with torch.cuda.stream(side):  # one eager op on a side stream before capture, as capture requires
-        call(args)
+        op()
     torch.cuda.current_stream(backend.device).wait_stream(side)
     backend.sync_device()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(ops):
-            call(args)
+            op()
     timer = CudaEventTimer(backend, replays)
     backend.barrier()
     origin_ns = time.perf_counter_ns()

@@ -25,10 +25,13 @@ import torch.distributed as dist
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.collectives import REGISTRY, Layout
 from commbench.config import RunConfig
-from commbench.launch import run_on_local_ranks
-from commbench.runner import Group, NullOutput, buffer_bytes, measure_size, plan_sizes, sampling_policy
+from commbench.groups import Membership, world_plan
+from commbench.output import NullOutput
+from commbench.planning import SizeLimits, TablePlan, buffer_bytes, plan_sizes
+from commbench.runner import SizePoint, measure_size, sampling_policy
 from commbench.sampling import IterationBudget
 from commbench.sizes import format_size, parse_size
+from commbench.spawn import run_on_local_ranks
 
 COLLECTIVES = ["all_gather_base", "reduce_scatter_base", "all_to_all_single"]
 ITERS, WARMUP = 3, 1
@@ -58,7 +61,7 @@ def _measure(rank: int, world_size: int, name: str, size: int, bare: bool) -> di
     backend.all_gather_floats([0.0])  # the process group's own buffers belong to the baseline
     baseline = _resident_bytes()
     collective = REGISTRY[name]
-    (planned,), _ = plan_sizes(collective, [size], world_size, "float32")
+    (planned,), _ = plan_sizes(collective, [size], SizeLimits(world_size, "float32"))
     if bare:
         buffers = collective.build(Layout(planned.count_per_rank, world_size, rank, 0, torch.float32,
                                           torch.device("cpu")))
@@ -70,11 +73,11 @@ def _measure(rank: int, world_size: int, name: str, size: int, bare: bool) -> di
         del buffers
     else:
         config = RunConfig(collectives=[name], sizes=[size], iters=ITERS, warmup=WARMUP)
-        policy = sampling_policy(config)
-        measure_size(config, backend, Group(collective, "float32", "", [planned]), planned, policy,
-                     {"sync": IterationBudget(policy)}, NullOutput())
+        point = SizePoint(config, backend, TablePlan(collective, "float32", "", [planned]), planned,
+                          Membership(world_plan(world_size), None, rank))
+        measure_size(point, {"sync": IterationBudget(sampling_policy(config))}, NullOutput())
     return {"baseline": baseline, "peak": _peak_bytes(),
-            "buffers": buffer_bytes(collective, planned.count_per_rank, world_size, rank, "float32")}
+            "buffers": buffer_bytes(collective, planned, world_size, rank, "float32")}
 
 
 def _worst(per_rank: list[dict]) -> tuple[int, int]:

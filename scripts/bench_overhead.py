@@ -23,9 +23,9 @@ import torch.distributed as dist
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.collectives import REGISTRY, Layout
-from commbench.launch import run_on_local_ranks
+from commbench.spawn import run_on_local_ranks
 from commbench.stats import slowest_rank_per_iteration
-from commbench.timing import time_sync, warm_up
+from commbench.timing import BoundOp, time_sync, warm_up
 
 SIZES = [1024, 64 * 1024, 4 * 1024 * 1024]
 COLLECTIVES = ["reduce_scatter_base", "all_reduce"]
@@ -61,9 +61,9 @@ def _measure(rank: int, world_size: int, rounds: int, ops: int) -> dict:
             for tensor in buffers.tensors():
                 tensor.zero_()
             args = CollectiveArgs(input=buffers.input, output=buffers.output)
-            call = getattr(backend, collective.method)
+            op = BoundOp(backend, args, collective.issue)
             raw = _raw_call(name, buffers)
-            warm_up(call, backend, args, 20)
+            warm_up(op, 20)
             ratios: list[float] = []
             controls: list[float] = []
             raws: list[float] = []
@@ -73,7 +73,7 @@ def _measure(rank: int, world_size: int, rounds: int, ops: int) -> dict:
                 round_medians = {}
                 for which in order:
                     if which == "ours":
-                        local = time_sync(call, backend, args, ops).seconds
+                        local = time_sync(op, ops).seconds
                     else:
                         local = _raw_loop(raw, ops)
                     slowest = slowest_rank_per_iteration(backend.all_gather_floats(local))

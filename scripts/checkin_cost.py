@@ -21,9 +21,10 @@ import torch
 def _rank(rank: int, world_size: int, port: int, repeats: int, results) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     from commbench.backends.base import CollectiveArgs
-    from commbench.backends.torch_dist import TorchDistBackend
+    from commbench.backends.torch_dist import Rendezvous, TorchDistBackend
 
-    backend = TorchDistBackend.create("gloo", torch.device("cpu"), rank, world_size, "127.0.0.1", port, 60.0)
+    rendezvous = Rendezvous(rank, world_size, "127.0.0.1", port)
+    backend = TorchDistBackend.create("gloo", torch.device("cpu"), rendezvous, 60.0)
     buffer = torch.zeros(256)
     args = CollectiveArgs(input=buffer, output=buffer)
 
@@ -51,7 +52,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=200)
     options = parser.parse_args()
-    from commbench.launch import free_port
+    from commbench.spawn import free_port
 
     context = mp.get_context("spawn")
     results = context.Queue()

@@ -7,6 +7,8 @@ from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
 from tests.dist_helpers import run_ranks
 
+pytestmark = pytest.mark.processes
+
 
 def _flat_paths(rank: int, world_size: int, use_fallback: bool) -> tuple[list[float], list[float]]:
     backend = TorchDistBackend("gloo", torch.device("cpu"))

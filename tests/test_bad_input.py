@@ -39,6 +39,7 @@ IN_PROCESS_CASES = [
 ]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_exits_2_with_one_line(args, message):
     result = commbench(*args, timeout=60)
@@ -60,6 +61,7 @@ def test_bad_options_exit_2_with_one_line(args, message, capsys):
     assert captured.err.startswith("commbench: error: ") and message in captured.err
 
 
+@pytest.mark.processes
 def test_mpirun_without_master_address_is_bad_input():
     result = commbench("--sizes", "1K", env={"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"},
                        timeout=60)

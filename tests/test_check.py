@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from commbench.check import (
-    Expected,
-    Pattern,
+    CheckValues,
     compare,
     exact_integer_limit,
     fill_inputs,
     poison_value,
 )
+from commbench.collectives import Expected
 
 CPU = torch.device("cpu")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int32,
@@ -28,7 +28,7 @@ def _round_trips(values: torch.Tensor, dtype: torch.dtype) -> bool:
     return torch.equal(values.to(dtype).to(torch.float64), values)
 
 
-def _partials(pattern: Pattern, world_size: int, order: list[int]) -> list[torch.Tensor]:
+def _partials(pattern: CheckValues, world_size: int, order: list[int]) -> list[torch.Tensor]:
     """Every partial result of reducing the ranks' values in ``order``, in float64."""
     combine = {"prod": torch.mul, "min": torch.minimum, "max": torch.maximum}.get(pattern.op, torch.add)
     values = [pattern.source(rank, 0, COUNT).to(torch.float64) for rank in order]
@@ -43,7 +43,7 @@ def _partials(pattern: Pattern, world_size: int, order: list[int]) -> list[torch
 @pytest.mark.parametrize("op", EXACT_OPS, ids=lambda op: op or "copy")
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 8, 24, 300])
 def test_every_input_and_partial_result_is_exact(dtype, op, world_size):
-    pattern = Pattern(dtype, op, world_size, CPU)
+    pattern = CheckValues(dtype, op, world_size, CPU)
     if not op:  # copies: the inputs alone
         for rank in range(world_size):
             assert _round_trips(pattern.source(rank, 0, COUNT).to(torch.float64), dtype)
@@ -59,7 +59,7 @@ def test_every_input_and_partial_result_is_exact(dtype, op, world_size):
 @pytest.mark.parametrize("op", EXACT_OPS, ids=lambda op: op or "copy")
 def test_values_depend_on_rank_and_index(dtype, op):
     world_size = 4
-    pattern = Pattern(dtype, op, world_size, CPU)
+    pattern = CheckValues(dtype, op, world_size, CPU)
     ranks = [pattern.source(rank, 0, COUNT) for rank in range(world_size)]
     # neighbouring elements differ, and so do ranks at the same element (most of the time)
     assert (ranks[0][1:] != ranks[0][:-1]).float().mean() > 0.2
@@ -72,7 +72,7 @@ def test_values_depend_on_rank_and_index(dtype, op):
 
 
 def test_the_source_is_the_same_for_a_block_as_for_the_whole():
-    pattern = Pattern(torch.float32, "sum", 3, CPU)
+    pattern = CheckValues(torch.float32, "sum", 3, CPU)
     whole = pattern.source(2, 0, 1000)
     assert torch.equal(whole[300:700], pattern.source(2, 300, 400))
 
@@ -88,7 +88,7 @@ def test_limits_and_poison():
     assert poison_value(torch.bfloat16) != poison_value(torch.bfloat16)  # NaN
 
 
-def _premultiplied_average(pattern: Pattern, world_size: int, dtype: torch.dtype) -> torch.Tensor:
+def _premultiplied_average(pattern: CheckValues, world_size: int, dtype: torch.dtype) -> torch.Tensor:
     """NCCL's avg for floats: every term multiplied by 1/n in the dtype, summed in the dtype."""
     scale = torch.tensor(1.0 / world_size, dtype=dtype)
     total = torch.zeros(COUNT, dtype=dtype)
@@ -100,7 +100,7 @@ def _premultiplied_average(pattern: Pattern, world_size: int, dtype: torch.dtype
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("world_size", [2, 3, 4, 7, 8])
 def test_avg_tolerance_covers_both_ways_of_averaging(dtype, world_size):
-    pattern = Pattern(dtype, "avg", world_size, CPU)
+    pattern = CheckValues(dtype, "avg", world_size, CPU)
     expected = pattern.reduced(0, COUNT)
     tolerance = pattern.tolerance(expected)
     total = sum(pattern.source(r, 0, COUNT) for r in range(world_size))  # exact in the dtype
@@ -113,7 +113,7 @@ def test_avg_tolerance_covers_both_ways_of_averaging(dtype, world_size):
 
 
 def test_premul_sum_with_a_power_of_two_factor_is_exact():
-    pattern = Pattern(torch.bfloat16, "premul_sum", 4, CPU, premul_factor=0.5)
+    pattern = CheckValues(torch.bfloat16, "premul_sum", 4, CPU, premul_factor=0.5)
     result = torch.zeros(COUNT, dtype=torch.bfloat16)
     for rank in range(4):
         result = result + pattern.source(rank, 0, COUNT).to(torch.bfloat16) * 0.5
@@ -121,7 +121,7 @@ def test_premul_sum_with_a_power_of_two_factor_is_exact():
 
 
 def test_fill_then_compare_counts_each_wrong_element():
-    pattern = Pattern(torch.float32, "", 2, CPU)
+    pattern = CheckValues(torch.float32, "", 2, CPU)
     inputs = [torch.empty(10), torch.empty(6)]
     output = torch.empty(16)
     fill_inputs(inputs, [output], 1, pattern)
@@ -138,14 +138,14 @@ def test_fill_then_compare_counts_each_wrong_element():
 
 
 def test_an_output_never_written_is_all_wrong():
-    pattern = Pattern(torch.int32, "sum", 3, CPU)
+    pattern = CheckValues(torch.int32, "sum", 3, CPU)
     output = torch.empty(50, dtype=torch.int32)
     fill_inputs([], [output], 0, pattern)
     assert compare([Expected(output, None, 0, 0)], pattern).wrong == 50
 
 
 def test_an_in_place_layout_keeps_its_input():
-    pattern = Pattern(torch.float32, "", 2, CPU)
+    pattern = CheckValues(torch.float32, "", 2, CPU)
     gathered = torch.empty(8)
     own_chunk = gathered[4:]  # all_gather in place: the input is a view of the output
     fill_inputs([own_chunk], [gathered], 1, pattern)

@@ -13,7 +13,7 @@ from commbench.collectives import (
     resolve_collectives,
 )
 from commbench.errors import UsageError
-from commbench.runner import plan_sizes
+from commbench.planning import SizeLimits, plan_sizes
 from commbench.splits import parse_splits
 
 NCCL_TESTS_FACTORS = {
@@ -93,7 +93,8 @@ def test_send_recv_pairs_ranks_and_leaves_an_odd_rank_out():
 
 
 def test_plan_rounds_down_and_says_so():
-    planned, notes = plan_sizes(REGISTRY["reduce_scatter_base"], [1000, 1024, 4, 1001], 3, "float32")
+    limits = SizeLimits(3, "float32")
+    planned, notes = plan_sizes(REGISTRY["reduce_scatter_base"], [1000, 1024, 4, 1001], limits)
     assert [(p.requested, p.used, p.count_per_rank) for p in planned] == [(1000, 996, 83), (1024, 1020, 85)]
     text = " ".join(notes)
     assert "1000 B -> 996 B" in text and "multiple of 12 B" in text
@@ -102,7 +103,7 @@ def test_plan_rounds_down_and_says_so():
 
 
 def test_plan_leaves_valid_sizes_alone():
-    planned, notes = plan_sizes(REGISTRY["all_reduce"], [1024, 2048], 3, "bfloat16")
+    planned, notes = plan_sizes(REGISTRY["all_reduce"], [1024, 2048], SizeLimits(3, "bfloat16"))
     assert [(p.used, p.count_per_rank) for p in planned] == [(1024, 512), (2048, 1024)]
     assert notes == []
 

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from commbench.backends.coordination import Coordinator, announce_death, key_prefix
 from commbench.errors import RunError
 from commbench.groups import format_ranks
-from commbench.launch import free_port
+from commbench.spawn import free_port
 
 
 class Ranks:

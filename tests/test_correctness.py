@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from commbench.collectives import REGISTRY
-from commbench.config import RunConfig, resolve
-from commbench.runner import NullOutput, run_sweep, sweep_failure
+from commbench.config import resolve, run_config
+from commbench.output import NullOutput
+from commbench.runner import run_sweep, sweep_failure
 from tests.corrupting_backend import CorruptingBackend
 from tests.dist_helpers import commbench, run_ranks
+
+pytestmark = pytest.mark.processes
 
 WITH_PLACEMENTS = {name for name, c in REGISTRY.items() if len(c.placements) > 1}
 REDUCING = {name for name, c in REGISTRY.items() if c.reduces}
@@ -134,8 +137,8 @@ def _sweeps_with_one_wrong_element(rank: int, world_size: int) -> dict[str, tupl
     variants = [("once", True, 0, ["sync", "async"]), ("every 2", True, 2, ["sync"]),
                 ("unchecked", False, 0, ["sync"])]
     for name, check, check_every, modes in variants:
-        config = resolve(RunConfig(collectives=CORRUPTED, sizes=[1024], check=check, check_every=check_every,
-                                   iters=4, warmup=1, modes=modes, backend="gloo", device="cpu"))
+        config = resolve(run_config(collectives=CORRUPTED, sizes=[1024], check=check, check_every=check_every,
+                                    iters=4, warmup=1, modes=modes, backend="gloo", device="cpu"))
         rows = run_sweep(config, backend, NullOutput())
         found[name] = ([(row.collective, row.mode, row.wrong, row.first_wrong) for row in rows],
                        sweep_failure(rows))

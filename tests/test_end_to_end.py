@@ -9,6 +9,8 @@ import pytest
 from commbench.collectives import REGISTRY
 from tests.dist_helpers import commbench, torchrun
 
+pytestmark = pytest.mark.processes
+
 REQUIRED_COLUMNS = ["collective", "backend", "device", "world_size", "dtype", "mode", "size_bytes",
                     "count_per_rank", "iters", "time_us_p50", "time_us_p95", "time_us_min", "time_us_max",
                     "time_us_mean", "algbw_gbps", "busbw_gbps"]

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from commbench.errors import Terminated
-from commbench.launch import StopRequests, free_port
+from commbench.launch import StopRequests
+from commbench.spawn import free_port
 from tests.dist_helpers import commbench
 from tests.process_helpers import (
     csv_rows,
@@ -54,6 +55,7 @@ def _kept_rows(tmp_path) -> tuple[list[dict], dict]:
     return rows, payload
 
 
+@pytest.mark.processes
 def test_killed_rank_is_named_and_earlier_rows_are_kept(tmp_path):
     proc, ranks = _start(tmp_path)
     killed_at = time.monotonic()
@@ -71,6 +73,7 @@ def test_killed_rank_is_named_and_earlier_rows_are_kept(tmp_path):
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 
+@pytest.mark.processes
 def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
     # SIGSTOP: the rank stays alive but does nothing, as a hung one would. The others' collective
     # times out, they say so and name the silent rank; the launcher stops it and names it too.
@@ -91,6 +94,7 @@ def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 
+@pytest.mark.processes
 def test_rank_that_skips_a_size_is_named_at_the_timeout(tmp_path):
     csv_path, json_path = _files(tmp_path)
     started = time.monotonic()
@@ -115,6 +119,7 @@ def test_rank_that_skips_a_size_is_named_at_the_timeout(tmp_path):
     assert "at size 4 KiB" in payload["meta"]["error"] and "rank 2 did not arrive" in payload["meta"]["error"]
 
 
+@pytest.mark.processes
 def test_rank_that_never_joins_is_named(tmp_path):
     port = str(free_port())
     timeout_s = 4
@@ -134,6 +139,7 @@ def test_rank_that_never_joins_is_named(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing was measured, so no files
 
 
+@pytest.mark.processes
 def test_sigint_to_the_launcher_keeps_the_rows_and_exits_130(tmp_path):
     proc, ranks = _start(tmp_path)
     proc.send_signal(signal.SIGINT)
@@ -145,6 +151,7 @@ def test_sigint_to_the_launcher_keeps_the_rows_and_exits_130(tmp_path):
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 
+@pytest.mark.processes
 def test_sigterm_to_rank_0_alone_stops_every_rank(tmp_path):
     # As under mpirun or srun, where a signal may reach one rank: the others stop with it at the next
     # size instead of waiting for it in a collective.
@@ -158,6 +165,7 @@ def test_sigterm_to_rank_0_alone_stops_every_rank(tmp_path):
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 
+@pytest.mark.processes
 def test_killed_launcher_leaves_no_orphans(tmp_path):
     proc, ranks = _start(tmp_path)
     proc.kill()  # no chance to forward anything: the ranks learn from PR_SET_PDEATHSIG

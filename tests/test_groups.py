@@ -8,11 +8,12 @@ import torch
 
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.config import RunConfig, resolve
+from commbench.config import resolve, run_config
 from commbench.console import straggler_line
 from commbench.errors import UsageError
 from commbench.groups import Membership, split_by_hosts, split_world
-from commbench.runner import NullOutput, Session, run_sweep
+from commbench.output import NullOutput
+from commbench.runner import Session, run_sweep
 from commbench.sizes import parse_sizes
 from commbench.stats import arrival_skews, last_to_arrive
 from tests.dist_helpers import commbench, run_ranks
@@ -67,7 +68,7 @@ def test_inconsistent_presets_are_named(hosts, preset, message):
 ])
 def test_group_options_are_checked_before_anything_starts(changes, message):
     with pytest.raises(UsageError, match=message):
-        resolve(RunConfig(sizes=[1024], **changes))
+        resolve(run_config(sizes=[1024], **changes))
 
 
 # --- statistics -------------------------------------------------------------------------------
@@ -89,11 +90,12 @@ def _all_reduce_in_groups(rank: int, world_size: int) -> dict[str, list[float]]:
         plan = split_world(world_size, 2, layout)
         group = backend.new_groups([list(ranks) for ranks in plan.members])
         value = torch.tensor([float(rank)])
-        backend.all_reduce(CollectiveArgs(input=value, output=value, group=group))
+        backend.all_reduce(CollectiveArgs(input=value, output=value, process_group=group))
         sums[layout] = value.tolist()
     return sums
 
 
+@pytest.mark.processes
 def test_groups_reduce_among_their_members_only():
     results = run_ranks(_all_reduce_in_groups, 4)
     assert [result["contiguous"] for result in results] == [[1.0], [1.0], [5.0], [5.0]]  # 0+1, 2+3
@@ -111,11 +113,12 @@ class SlowToFinishBackend(TorchDistBackend):
 
 def _sweep_with_a_straggler(rank: int, world_size: int) -> list:
     backend = SlowToFinishBackend("gloo", torch.device("cpu"))
-    config = resolve(RunConfig(sizes=parse_sizes("1K,4K"), iters=8, warmup=1))
+    config = resolve(run_config(sizes=parse_sizes("1K,4K"), iters=8, warmup=1))
     plan = split_world(world_size, world_size)
     return run_sweep(config, backend, NullOutput(), Session(Membership(plan, None, rank)))
 
 
+@pytest.mark.processes
 def test_a_slow_rank_is_found_by_its_arrival_skew():
     rows = run_ranks(_sweep_with_a_straggler, 3)[0]
     for row in rows:
@@ -130,6 +133,7 @@ def test_a_slow_rank_is_found_by_its_arrival_skew():
 
 # --- the CLI ----------------------------------------------------------------------------------
 
+@pytest.mark.processes
 def test_strided_groups_end_to_end(tmp_path):
     json_path = tmp_path / "r.json"
     result = commbench("--collective", "all_reduce,broadcast,send_recv,reduce_scatter_base",
@@ -153,6 +157,7 @@ def test_strided_groups_end_to_end(tmp_path):
     assert scatter["count_per_rank"] == 512  # 4 KiB split over a group of 2, not the world of 4
 
 
+@pytest.mark.processes
 def test_host_preset_that_does_not_fit_is_one_line(tmp_path):
     # Presets need every rank's host name, so this is found after the start; still one line, exit 2.
     result = commbench("--groups", "inter-node", "--sizes", "1K", "--output-dir", str(tmp_path))
@@ -162,6 +167,7 @@ def test_host_preset_that_does_not_fit_is_one_line(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args, message", [
     (["--nproc", "3", "--group-size", "2"], "--group-size 2 does not divide the world of 3 ranks"),
     (["--nproc", "4", "--group-size", "2", "--root", "2"], "--root 2 is outside a group of 2 ranks"),

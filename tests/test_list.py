@@ -17,6 +17,7 @@ def _row(stdout: str, *first_cells: str) -> list[str]:
     raise AssertionError(f"no row {first_cells} in:\n{stdout}")
 
 
+@pytest.mark.processes
 def test_list_probes_gloo_on_two_local_ranks():
     result = commbench("list", timeout=120)
     assert result.returncode == 0, result.stderr
@@ -47,6 +48,7 @@ def test_list_refuses_an_unavailable_backend_before_starting(capsys):
     assert "backend nccl is not available" in capsys.readouterr().err
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_list_probes_nccl_on_cuda():
     result = commbench("list", "--backend", "nccl", timeout=180)

@@ -11,8 +11,10 @@ import sys
 
 import pytest
 
-from commbench.launch import free_port
+from commbench.spawn import free_port
 from tests.dist_helpers import ROOT, launcherless_env
+
+pytestmark = pytest.mark.processes
 
 
 def _two_agents(rendezvous: list[str], args: list[str], tmp_path) -> list[dict]:

@@ -11,16 +11,10 @@ import torch
 
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.errors import RunError
-from commbench.patterns.bucketing import ReduceScatterBucketer
-from commbench.patterns.fsdp import (
-    Checker,
-    FsdpStep,
-    ShardState,
-    grad_values,
-    param_values,
-    run_check,
-    step_dry,
-)
+from commbench.patterns.bucketing import BucketOptions, ReduceScatterBucketer
+from commbench.patterns.fsdp_check import FsdpChecker, grad_values, param_values, run_check
+from commbench.patterns.fsdp_step import FsdpStep, ShardState
+from commbench.patterns.measure import step_dry
 from commbench.patterns.models import load_model
 from commbench.patterns.overlap import calibrate_size, overlap_percent
 from commbench.patterns.schedule import DRY, SYNC, Issuer
@@ -99,8 +93,7 @@ def test_compute_size_calibration_finds_the_target_time():
 
 def test_the_bucketer_flushes_on_overflow_and_reduces_big_gradients_directly():
     backend = TorchDistBackend("gloo", CPU)  # a dry issuer never calls torch.distributed
-    bucketer = ReduceScatterBucketer(backend, 2, capacity=10, dtype=torch.float32, device=CPU,
-                                     direct_numel=24)
+    bucketer = ReduceScatterBucketer(backend, 2, torch.float32, CPU, BucketOptions(10, direct_numel=24))
     issuer = Issuer(backend, DRY, "test")
     bucketer.issuer = issuer
     delivered = []
@@ -127,7 +120,7 @@ def _reduce_with_each_bucketing(rank: int, world_size: int, buckets: str, given:
     plan = shard_model(load_model("tiny"), world_size)
     factors = divide_factors(world_size, *given)
     state = ShardState(plan, dtype, CPU)
-    checker = Checker(state, factors, rank)  # its deterministic parameters and gradients
+    checker = FsdpChecker(state, factors, rank)  # its deterministic parameters and gradients
     gathered_buffers = [torch.zeros(plan.max_unit_shard * world_size, dtype=dtype)]
     gathered: dict[str, list[float]] = {}
 
@@ -194,6 +187,7 @@ def _assert_reduced_and_gathered(outcome: list[dict], world_size: int, dtype: to
         assert "against the unbucketed result" in rank["failure"] and "expected -1" in rank["failure"]
 
 
+@pytest.mark.processes
 def test_bucketed_equals_direct_with_padding_and_the_average_at_3_ranks():
     buckets = "0,unit,0.0001,0.0005,1"  # per parameter, per unit, 13 and 65 elements per rank, everything
     outcome = run_ranks(_reduce_with_each_bucketing, 3, buckets, (None, None), False, "float32")
@@ -202,6 +196,7 @@ def test_bucketed_equals_direct_with_padding_and_the_average_at_3_ranks():
     _assert_reduced_and_gathered(outcome, 3, torch.float32)
 
 
+@pytest.mark.processes
 def test_list_fallback_and_given_factors_in_bfloat16_at_2_ranks():
     outcome = run_ranks(_reduce_with_each_bucketing, 2, "0,unit,0.0002", (1.0, None), True, "bfloat16")
     assert outcome[0]["factors"] == (1.0, 2.0)
@@ -210,6 +205,7 @@ def test_list_fallback_and_given_factors_in_bfloat16_at_2_ranks():
 
 # --- the command ----------------------------------------------------------------------------------
 
+@pytest.mark.processes
 def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp_path):
     result = commbench("pattern", "fsdp", "--model", "tiny", "--bucket-mb", "unit,0,0.001", "--check",
                        "--overlap", "--compute-size", "32", "--iters", "2", "--nproc", "2",
@@ -247,6 +243,7 @@ def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp
     assert json.loads((run_dir / "results.json").read_text())["rows"][0]["unit"] == "embeddings"
 
 
+@pytest.mark.processes
 def test_no_launcher_spawns_three_ranks_and_cuts_layers(tmp_path):
     json_path = Path(tmp_path) / "r.json"
     result = commbench("pattern", "fsdp", "--model", "tiny", "--layers", "1", "--no-reshard", "--iters", "1",

@@ -2,6 +2,7 @@
 
 import pytest
 
+from commbench.config import LaunchConfig
 from commbench.errors import UsageError
 from commbench.patterns.models import load_model, parse_model, preset_names
 from tests.dist_helpers import commbench
@@ -99,7 +100,7 @@ BAD_COMMANDS = [
     ({"dtype": "float7"}, "unknown dtype 'float7'"),
     ({"compute_size": "huge"}, "--compute-size 'huge'"),
     ({"iters": 0}, "--iters 0 must be at least 1"),
-    ({"backend": "nccl"}, "backend nccl is not available"),
+    ({"launch": LaunchConfig(backend="nccl")}, "backend nccl is not available"),
 ])
 def test_resolve_refuses_bad_options(changes, message):
     from commbench.patterns.fsdp import FsdpConfig, resolve_fsdp
@@ -109,6 +110,7 @@ def test_resolve_refuses_bad_options(changes, message):
     assert message in str(caught.value)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args, message", BAD_COMMANDS, ids=[" ".join(a) for a, _ in BAD_COMMANDS])
 def test_bad_pattern_input_exits_2_with_one_line(args, message):
     result = commbench("pattern", "fsdp", *args, timeout=60)
@@ -119,6 +121,7 @@ def test_bad_pattern_input_exits_2_with_one_line(args, message):
     assert result.stdout == ""
 
 
+@pytest.mark.processes
 def test_a_broken_yaml_file_exits_2_naming_file_and_line(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("units:\n  - name: a\n    params: {w: [1, 2}\n")

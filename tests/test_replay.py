@@ -237,6 +237,7 @@ class RunsCode:
         return os.system, (f"touch {self.marker}",)
 
 
+@pytest.mark.processes
 def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
     marker = tmp_path / "marker"
     traces = tmp_path / "traces"

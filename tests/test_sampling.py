@@ -9,9 +9,10 @@ import torch
 
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
+from commbench.collectives import REGISTRY
 from commbench.sampling import IterationBudget, SamplingPolicy, collect
 from commbench.stats import median_ci95, summarize
-from commbench.timing import time_async
+from commbench.timing import BoundOp, time_async
 from tests.dist_helpers import commbench, run_ranks
 
 
@@ -78,13 +79,14 @@ def _adaptive_counts(rank: int, world_size: int) -> dict:
         buffer = torch.zeros(size // 4)
         args = CollectiveArgs(input=buffer, output=buffer)
         for mode in ("sync", "async"):
-            sampled = collect(backend.all_reduce, backend, args, mode, policy,
+            sampled = collect(BoundOp(backend, args, REGISTRY["all_reduce"].issue), mode,
                               budget if mode == "sync" else IterationBudget(policy), size)
             found[(size, mode)] = (sampled.ops, len(sampled.per_rank_seconds[0]))
     found["chosen"] = dict(budget._counts) if rank == 0 else None
     return found
 
 
+@pytest.mark.processes
 def test_adaptive_counts_are_decided_once_for_all_ranks():
     results = run_ranks(_adaptive_counts, 2)
     chosen = results[0].pop("chosen")
@@ -120,9 +122,11 @@ class _SlowCompletionBackend(TorchDistBackend):
 def _async_window(rank: int, world_size: int) -> float:
     backend = _SlowCompletionBackend("gloo", torch.device("cpu"))
     buffer = torch.zeros(16)
-    return time_async(backend.all_reduce, backend, CollectiveArgs(input=buffer, output=buffer), 5).seconds[0]
+    op = BoundOp(backend, CollectiveArgs(input=buffer, output=buffer), REGISTRY["all_reduce"].issue)
+    return time_async(op, 5).seconds[0]
 
 
+@pytest.mark.processes
 def test_async_window_ends_after_every_wait():
     # Each of the 5 handles takes at least 20 ms to complete: a clock stopped before the waits would
     # report microseconds per op; one stopped after them reports at least 20 ms per op.
@@ -130,6 +134,7 @@ def test_async_window_ends_after_every_wait():
         assert per_op >= 0.02
 
 
+@pytest.mark.processes
 def test_fixed_iters_turns_adaptation_off(tmp_path):
     result = commbench("--collective", "all_reduce", "--sizes", "1K,64K", "--iters", "7", "--mode", "both",
                        "--barrier", "per-iter", "--json", str(tmp_path / "r.json"), "--output-dir",
@@ -145,6 +150,7 @@ def test_fixed_iters_turns_adaptation_off(tmp_path):
     assert len(sync["rank_mean_us"]) == 2 and len(sync["samples_us"]) == 7
 
 
+@pytest.mark.processes
 def test_memory_guard_refuses_before_allocating(tmp_path):
     result = commbench("--collective", "all_gather_base", "--sizes", "1K,1M", "--max-memory", "256K",
                        "--iters", "2", "--json", str(tmp_path / "r.json"), "--output-dir", str(tmp_path))
@@ -158,6 +164,7 @@ def test_memory_guard_refuses_before_allocating(tmp_path):
     assert [row["size_bytes"] for row in rows] == [1024]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args, message", [
     (["--cuda-graph", "4"], "--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda"),
     (["--min-iters", "50", "--max-iters", "10"], "--min-iters 50 is above --max-iters 10"),
@@ -173,6 +180,7 @@ def test_measurement_options_reject_bad_values(args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.processes
 def test_progress_bar_on_a_terminal_only(tmp_path):
     import os
     import pty

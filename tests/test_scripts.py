@@ -9,7 +9,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.dist_helpers import ROOT, launcherless_env
+
+pytestmark = pytest.mark.processes
 
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 

@@ -91,6 +91,7 @@ def test_element_size_and_world_size_checks(tmp_path):
         check_world_size(spec, 3)
 
 
+@pytest.mark.processes
 def test_the_cli_refuses_a_file_of_the_wrong_world_size_before_starting(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("0,4\n4,0\n")

@@ -2,16 +2,22 @@
 reported as FILE:LINE: key: problem with exit status 2 before anything starts."""
 
 import json
-from dataclasses import fields
 from pathlib import Path
 
 import click
 import pytest
 
-from commbench.cli import command_line_configs, main, option_defaults, run, sweep
-from commbench.config import RunConfig
+from commbench.cli import command_line_configs, main, run, sweep
+from commbench.config import LAUNCH_FIELDS, RUN_FIELDS, RunConfig
 from commbench.sweepfile import field_keys
 from tests.dist_helpers import ROOT, commbench
+
+
+def option_defaults(command: click.Command) -> dict[str, object]:
+    """Every option of ``command`` at its default value, as click would pass it."""
+    context = click.Context(command)
+    return {param.name: param.get_default(context) for param in command.params
+            if isinstance(param, click.Option) and param.name}
 
 
 def _configs(path: Path, **typed: object) -> list[RunConfig]:
@@ -19,6 +25,7 @@ def _configs(path: Path, **typed: object) -> list[RunConfig]:
     return command_line_configs(sweep, str(path), options, set(typed), ["sweep", str(path)])
 
 
+@pytest.mark.processes
 def test_one_run_of_a_sweep_writes_every_benchmark_to_one_file(two_runs):
     for saved in two_runs:
         payload = json.loads(saved.json.read_text())
@@ -36,6 +43,7 @@ def test_one_run_of_a_sweep_writes_every_benchmark_to_one_file(two_runs):
         assert len(rows) == 2 * 4 * 2 + 2  # gate: 2 collectives x 4 sizes x 2 modes; rooted: 2 sizes
 
 
+@pytest.mark.processes
 def test_smoke_config_finishes(tmp_path):
     result = commbench("sweep", str(ROOT / "configs" / "smoke.yaml"), "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -51,7 +59,7 @@ def test_smoke_config_finishes(tmp_path):
 def test_every_shipped_config_is_valid(path):
     configs = _configs(path)
     assert configs and all(config.collectives and config.sizes for config in configs)
-    assert all(config.argv == ["sweep", str(path)] for config in configs)
+    assert all(config.launch.argv == ["sweep", str(path)] for config in configs)
 
 
 def test_shipped_configs_cover_the_documented_sweeps():
@@ -64,7 +72,7 @@ def test_shipped_configs_cover_the_documented_sweeps():
 
 def test_every_runconfig_field_and_run_option_is_a_key():
     keys = field_keys()
-    assert {f.name for f in fields(RunConfig)} - {"argv"} <= set(keys)
+    assert {*RUN_FIELDS, *LAUNCH_FIELDS} - {"argv"} <= set(keys)
     spelled = {opt[2:] for param in run.params if isinstance(param, click.Option) for opt in param.opts
                if opt.startswith("--")} - {"config"}
     from commbench.cli import sweep_file_aliases
@@ -80,7 +88,7 @@ def test_values_take_the_command_lines_forms_and_yaml_lists(tmp_path):
     first, second = _configs(path)
     assert first.sizes == [4, 8, 16]  # not YAML 1.1's sexagesimal 4:16 = 256
     assert first.collectives == ["all_reduce", "broadcast"] and first.modes == ["sync", "async"]
-    assert first.dtypes == ["float32", "bfloat16"] and first.timeout_s == 50.0
+    assert first.dtypes == ["float32", "bfloat16"] and first.launch.timeout_s == 50.0
     assert second.sizes == [8, 16, 32, 1024, 4096] and second.ops == ["max"]
 
 
@@ -138,6 +146,7 @@ def test_bad_file_names_file_line_and_key(tmp_path, capsys, text, line, message)
     assert captured.out == ""
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("entry", [["sweep"], ["--config"]], ids=["sweep FILE", "--config FILE"])
 def test_bad_file_through_the_real_cli_exits_2_before_any_rank_starts(tmp_path, entry):
     path = tmp_path / "bad.yaml"

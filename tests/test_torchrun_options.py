@@ -50,6 +50,7 @@ def test_no_option_is_a_prefix_of_a_torchrun_option():
     assert {ours: names for ours, names in clashes.items() if names} == {}
 
 
+@pytest.mark.processes
 def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     json_path, csv_path = tmp_path / "r.json", tmp_path / "r.csv"
     sweep_file = tmp_path / "sweep.yaml"  # each rank reads it; every option typed below overrides it
@@ -104,6 +105,7 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
 
 
+@pytest.mark.processes
 def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
     json_path, csv_path = tmp_path / "p.json", tmp_path / "p.csv"
     result = torchrun(2, "pattern", "fsdp", "--model", "tiny", "--layers", "1", "--bucket-mb", "0,unit",

@@ -13,7 +13,8 @@ TensorOrList = torch.Tensor | list[torch.Tensor] | None
 class CollectiveArgs:
     """Everything one collective call needs.
 
-    ``root`` is a rank within ``group``; ``peer``, ``send_peer`` and ``recv_peer`` too (point-to-point).
+    ``root`` is a rank within ``process_group`` (None: the world); ``peer``, ``send_peer`` and
+    ``recv_peer`` too (point-to-point).
     When ``async_op`` is set each call appends its work handle to ``wait_list`` and ``Backend.complete``
     waits on them all. ``premul_factor`` is premul_sum's factor; ``window`` the messages p2p() sends or
     receives per call; ``leads`` says which side of ping_pong sends first.
@@ -21,7 +22,7 @@ class CollectiveArgs:
 
     input: TensorOrList
     output: TensorOrList
-    group: Any = None
+    process_group: Any = None
     async_op: bool = False
     wait_list: list[Any] = field(default_factory=list)
     op: str = "sum"

@@ -7,6 +7,7 @@ start-up, so the timed loop pays no lookup and no deprecation warning.
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -51,6 +52,21 @@ def reduce_op(name: str, premul_factor: float = 1.0) -> Any:
     return getattr(dist.ReduceOp, member)
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks meet: this rank, the world size and the TCP store at ``master_addr:master_port``
+    (hosted by rank 0, or by the launcher: torchrun's agent). ``attempt`` is the launcher's restart count,
+    so a restarted job never reads a dead attempt's keys. No master address: MPI starts its own ranks
+    and there is no store."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    launcher_hosts_store: bool = False
+    attempt: str = "0"
+
+
 class TorchDistBackend(Backend):
     """Collectives through torch.distributed on an already-initialised default process group."""
 
@@ -69,14 +85,16 @@ class TorchDistBackend(Backend):
 
     # --- set-up -----------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, device: torch.device, rank: int, world_size: int,
-               master_addr: str, master_port: int, timeout_s: float, launcher_hosts_store: bool = False,
-               attempt: str = "0") -> "TorchDistBackend":
+    def create(cls, name: str, device: torch.device, rendezvous: Rendezvous, timeout_s: float
+               ) -> "TorchDistBackend":
         """Initialise the default process group over a TCP store and return the backend.
 
         Every rank first checks in through the store, so a rank that never comes is named at the
         deadline. Without a master address (MPI starts its own ranks) there is no store and no check-in.
         """
+        rank, world_size = rendezvous.rank, rendezvous.world_size
+        master_addr, master_port = rendezvous.master_addr, rendezvous.master_port
+        launcher_hosts_store = rendezvous.launcher_hosts_store
         if device.type == "cuda":
             torch.cuda.set_device(device)
         options: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
@@ -96,8 +114,8 @@ class TorchDistBackend(Backend):
                 f"its host did not start within {timeout_s:g} s, or MASTER_ADDR/MASTER_PORT point elsewhere"
             raise RunError(f"rank {rank} could not {'open' if rank == 0 else 'reach'} the rendezvous store "
                            f"at {where}: {why} ({detail})") from None
-        coordinator = Coordinator(dist.PrefixStore(key_prefix(attempt), store), rank, world_size, timeout_s,
-                                  where, hosts_store)
+        coordinator = Coordinator(dist.PrefixStore(key_prefix(rendezvous.attempt), store), rank, world_size,
+                                  timeout_s, where, hosts_store)
         coordinator.join()
         # The same prefix init_process_group gives its own store, so nothing else sharing it collides.
         dist.init_process_group(backend=name, store=dist.PrefixStore("default_pg", store), rank=rank,
@@ -186,104 +204,105 @@ class TorchDistBackend(Backend):
     def all_reduce(self, args: CollectiveArgs) -> None:
         if args.input is not None and args.input is not args.output:
             args.output.copy_(args.input)  # out of place: torch's all_reduce itself works in place
-        self._keep(args, dist.all_reduce(args.output, self._op(args), args.group, args.async_op))
+        self._keep(args, dist.all_reduce(args.output, self._op(args), args.process_group, args.async_op))
 
     def reduce_scatter(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.reduce_scatter(args.output, args.input, self._op(args), args.group,
+        self._keep(args, dist.reduce_scatter(args.output, args.input, self._op(args), args.process_group,
                                              args.async_op))
 
     def reduce_scatter_base(self, args: CollectiveArgs) -> None:
         if self._reduce_scatter_flat is not None:
-            work = self._reduce_scatter_flat(args.output, args.input, self._op(args), args.group,
+            work = self._reduce_scatter_flat(args.output, args.input, self._op(args), args.process_group,
                                              args.async_op)
         else:  # torch without a flat reduce-scatter: the list form over views of the input
-            chunks = list(args.input.chunk(self._group_size(args.group)))
-            work = dist.reduce_scatter(args.output, chunks, self._op(args), args.group, args.async_op)
+            chunks = list(args.input.chunk(self._group_size(args.process_group)))
+            work = dist.reduce_scatter(args.output, chunks, self._op(args), args.process_group, args.async_op)
         self._keep(args, work)
 
     def all_gather(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.all_gather(args.output, args.input, args.group, args.async_op))
+        self._keep(args, dist.all_gather(args.output, args.input, args.process_group, args.async_op))
 
     def all_gather_base(self, args: CollectiveArgs) -> None:
         if self._all_gather_flat is not None:
-            work = self._all_gather_flat(args.output, args.input, args.group, args.async_op)
+            work = self._all_gather_flat(args.output, args.input, args.process_group, args.async_op)
         else:  # the list form writing into views of the flat output
-            chunks = list(args.output.chunk(self._group_size(args.group)))
-            work = dist.all_gather(chunks, args.input, args.group, args.async_op)
+            chunks = list(args.output.chunk(self._group_size(args.process_group)))
+            work = dist.all_gather(chunks, args.input, args.process_group, args.async_op)
         self._keep(args, work)
 
     def all_to_all(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.all_to_all(args.output, args.input, group=args.group,
+        self._keep(args, dist.all_to_all(args.output, args.input, group=args.process_group,
                                          async_op=args.async_op))
 
     def all_to_all_single(self, args: CollectiveArgs) -> None:
         self._keep(args, dist.all_to_all_single(args.output, args.input, args.output_splits,
-                                                args.input_splits, group=args.group,
+                                                args.input_splits, group=args.process_group,
                                                 async_op=args.async_op))
 
     def broadcast(self, args: CollectiveArgs) -> None:
-        root = self._global_rank(args.group, args.root)
-        self._keep(args, dist.broadcast(args.output, root, args.group, args.async_op))
+        root = self._global_rank(args.process_group, args.root)
+        self._keep(args, dist.broadcast(args.output, root, args.process_group, args.async_op))
 
     def reduce(self, args: CollectiveArgs) -> None:
-        root = self._global_rank(args.group, args.root)
-        self._keep(args, dist.reduce(args.output, root, self._op(args), args.group, args.async_op))
+        root = self._global_rank(args.process_group, args.root)
+        self._keep(args, dist.reduce(args.output, root, self._op(args), args.process_group, args.async_op))
 
     def gather(self, args: CollectiveArgs) -> None:
-        root = self._global_rank(args.group, args.root)
-        self._keep(args, dist.gather(args.input, args.output, root, args.group, args.async_op))
+        root = self._global_rank(args.process_group, args.root)
+        self._keep(args, dist.gather(args.input, args.output, root, args.process_group, args.async_op))
 
     def scatter(self, args: CollectiveArgs) -> None:
-        root = self._global_rank(args.group, args.root)
-        self._keep(args, dist.scatter(args.output, args.input, root, args.group, args.async_op))
+        root = self._global_rank(args.process_group, args.root)
+        self._keep(args, dist.scatter(args.output, args.input, root, args.process_group, args.async_op))
 
     def barrier_op(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.barrier(args.group, args.async_op))
+        self._keep(args, dist.barrier(args.process_group, args.async_op))
 
     def send_recv(self, args: CollectiveArgs) -> None:
         if args.peer is None:  # no partner at this world size: this rank sits the exchange out
             return
-        peer = self._global_rank(args.group, args.peer)
+        peer = self._global_rank(args.process_group, args.peer)
         works = dist.batch_isend_irecv([
-            dist.P2POp(dist.isend, args.input, peer, args.group),
-            dist.P2POp(dist.irecv, args.output, peer, args.group),
+            dist.P2POp(dist.isend, args.input, peer, args.process_group),
+            dist.P2POp(dist.irecv, args.output, peer, args.process_group),
         ])
         self._finish(args, works)
 
     def all_gather_v(self, args: CollectiveArgs) -> None:
         if self._uneven_all_gather:
-            self._keep(args, dist.all_gather(args.output, args.input, args.group, args.async_op))
+            self._keep(args, dist.all_gather(args.output, args.input, args.process_group, args.async_op))
             return
         # One broadcast per rank (rank r's chunk from rank r), issued together: the bytes an uneven
         # all-gather moves, at the price of n ops; the own chunk is copied locally.
-        me = dist.get_rank(args.group)
-        works = [dist.broadcast(args.input if rank == me else chunk, self._global_rank(args.group, rank),
-                                args.group, async_op=True)
+        me = dist.get_rank(args.process_group)
+        group = args.process_group
+        works = [dist.broadcast(args.input if rank == me else chunk, self._global_rank(group, rank), group,
+                                async_op=True)
                  for rank, chunk in enumerate(args.output)]
         args.output[me].copy_(args.input)
         self._finish(args, works)
 
     def p2p(self, args: CollectiveArgs) -> None:
-        ops = []
+        ops, group = [], args.process_group
         if args.send_peer is not None:
-            peer = self._global_rank(args.group, args.send_peer)
-            ops.extend(dist.P2POp(dist.isend, args.input, peer, args.group) for _ in range(args.window))
+            peer = self._global_rank(group, args.send_peer)
+            ops.extend(dist.P2POp(dist.isend, args.input, peer, group) for _ in range(args.window))
         if args.recv_peer is not None:
-            peer = self._global_rank(args.group, args.recv_peer)
-            ops.extend(dist.P2POp(dist.irecv, args.output, peer, args.group) for _ in range(args.window))
+            peer = self._global_rank(group, args.recv_peer)
+            ops.extend(dist.P2POp(dist.irecv, args.output, peer, group) for _ in range(args.window))
         if ops:  # a rank outside every pair sits the op out
             self._finish(args, dist.batch_isend_irecv(ops))
 
     def ping_pong(self, args: CollectiveArgs) -> None:
         if args.peer is None:
             return
-        peer = self._global_rank(args.group, args.peer)
+        peer = self._global_rank(args.process_group, args.peer)
         if args.leads:
-            dist.send(args.input, peer, args.group)
-            dist.recv(args.output, peer, args.group)
+            dist.send(args.input, peer, args.process_group)
+            dist.recv(args.output, peer, args.process_group)
         else:  # the echo: what arrived goes back
-            dist.recv(args.output, peer, args.group)
-            dist.send(args.output, peer, args.group)
+            dist.recv(args.output, peer, args.process_group)
+            dist.send(args.output, peer, args.process_group)
 
     # --- completion and control ---------------------------------------------------------------
     def wait(self, args: CollectiveArgs) -> None:

@@ -21,6 +21,21 @@ from commbench.patterns.schedule import Issuer, Label, Pending, Ring
 FLAT, LIST = "reduce_scatter_base", "reduce_scatter"
 
 
+@dataclass(frozen=True)
+class BucketOptions:
+    """How a bucketer groups and issues: ``capacity`` elements of each rank's chunk per bucket (0: every
+    gradient on its own); ``depth`` buffers per bucket (collectives an asynchronous step keeps in
+    flight); ``list_api``: the list reduce_scatter over views instead of the flat reduce_scatter_base;
+    ``direct_numel``: room to divide the largest gradient reduced on its own (0: none is divided);
+    ``reserved``: every flush is announced by reserve() with its exact fill, so none needs packing."""
+
+    capacity: int
+    depth: int = 1
+    list_api: bool = False
+    direct_numel: int = 0
+    reserved: bool = False
+
+
 @dataclass
 class BucketBuffers:
     data: torch.Tensor  # world_size x capacity: row r holds the chunks bound for rank r
@@ -63,20 +78,19 @@ class ReduceScatterBucketer:
     reserve() with its exact fill (per-unit grouping), so no flush needs a packing buffer.
     """
 
-    def __init__(self, backend: Backend, world_size: int, capacity: int, dtype: torch.dtype,
-                 device: torch.device, *, depth: int = 1, list_api: bool = False,
-                 direct_numel: int = 0, reserved: bool = False) -> None:
+    def __init__(self, backend: Backend, world_size: int, dtype: torch.dtype, device: torch.device,
+                 options: BucketOptions) -> None:
         self.backend = backend
         self.world_size = world_size
-        self.capacity = capacity
+        self.capacity = options.capacity
         self.dtype = dtype
         self.device = device
-        self.depth = depth
-        self.list_api = list_api
-        self.reserved = reserved
+        self.depth = depth = options.depth
+        self.list_api = options.list_api
+        self.reserved = options.reserved
         self.issuer: Issuer | None = None  # set by the step for each run
         self._element_size = torch.empty((), dtype=dtype).element_size()
-        self._direct_numel = direct_numel
+        self._direct_numel = direct_numel = options.direct_numel
         self._buckets: dict[Any, _Bucket] = {}
         # A gradient reduced on its own is divided into one of these first (unless predivide is 1).
         self._direct = Ring(backend, [self._zeros(direct_numel) for _ in range(depth)]) \
@@ -149,17 +163,18 @@ class ReduceScatterBucketer:
             return
         rows = bucket.rows(self.world_size)
         if self.list_api:  # each row's filled part is contiguous: no copy
-            method, inputs = LIST, [rows[rank, :filled] for rank in range(self.world_size)]
+            collective, inputs = LIST, [rows[rank, :filled] for rank in range(self.world_size)]
         elif filled == bucket.stride:
-            method, inputs = FLAT, bucket.buffers.data[: self.world_size * filled]
+            collective, inputs = FLAT, bucket.buffers.data[: self.world_size * filled]
         else:  # the flat API needs the filled parts of the rows next to each other
             if bucket.buffers.staging is None:
                 raise RuntimeError("a reserved bucket was flushed before it was full")
             inputs = bucket.buffers.staging[: self.world_size * filled]
             inputs.view(self.world_size, filled).copy_(rows[:, :filled])
-            method = FLAT
-        args = CollectiveArgs(input=inputs, output=bucket.buffers.output[:filled], op="sum", group=group)
-        self._issue(method, args, unit, phase, filled)
+            collective = FLAT
+        args = CollectiveArgs(input=inputs, output=bucket.buffers.output[:filled], op="sum",
+                              process_group=group)
+        self._issue(collective, args, unit, phase, filled)
         pending = Pending(args, bucket.callbacks)
         if self._issuer().async_op:
             bucket.ring.hold(bucket.index, pending)
@@ -179,11 +194,11 @@ class ReduceScatterBucketer:
             source = staging[: grad.numel()]
             scaled_copy(source, grad, predivide)
         if self.list_api:
-            method, inputs = LIST, list(source.view(self.world_size, chunk).unbind(0))
+            collective, inputs = LIST, list(source.view(self.world_size, chunk).unbind(0))
         else:
-            method, inputs = FLAT, source
-        args = CollectiveArgs(input=inputs, output=output, op="sum", group=group)
-        self._issue(method, args, unit, "backward", chunk)
+            collective, inputs = FLAT, source
+        args = CollectiveArgs(input=inputs, output=output, op="sum", process_group=group)
+        self._issue(collective, args, unit, "backward", chunk)
         pending = Pending(args, [partial(callback, output)])
         if not self._issuer().async_op:
             pending.complete(self.backend)
@@ -192,9 +207,9 @@ class ReduceScatterBucketer:
         else:
             self._undivided.append(pending)
 
-    def _issue(self, method: str, args: CollectiveArgs, unit: str, phase: str, chunk: int) -> None:
+    def _issue(self, collective: str, args: CollectiveArgs, unit: str, phase: str, chunk: int) -> None:
         size = chunk * self.world_size * self._element_size
-        self._issuer().issue(method, args, Label(method, unit, phase, size, chunk))
+        self._issuer().issue(Label(collective, unit, phase, size, chunk), args)
 
     def _issuer(self) -> Issuer:
         if self.issuer is None:

@@ -47,10 +47,6 @@ class MatmulKernel:
     def __call__(self) -> None:
         torch.matmul(self.a, self.b, out=self.c)
 
-    @property
-    def flops(self) -> int:
-        return 2 * self.size ** 3
-
 
 def _round_size(size: float) -> int:
     rounded = int(round(size / SIZE_STEP)) * SIZE_STEP

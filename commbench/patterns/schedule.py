@@ -1,8 +1,9 @@
 """Issuing a step's collectives: dry (learn the schedule), one by one and timed, or asynchronously.
 
-A pattern's step calls ``Issuer.issue(method, args, label)`` for every collective; the issuer decides how
-it runs. Buffers an asynchronous step reuses come from a ``Ring``: taking a buffer back first completes
-the collectives still using it, so at most ``depth`` of them are in flight per ring.
+A pattern's step calls ``Issuer.issue(label, args)`` for every collective (the label names the registry's
+collective, which says how the backend runs it); the issuer decides how it runs. Buffers an asynchronous
+step reuses come from a ``Ring``: taking a buffer back first completes the collectives still using it,
+so at most ``depth`` of them are in flight per ring.
 """
 
 from collections.abc import Callable
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.errors import RunError, Terminated, UsageError
+from commbench.collectives import REGISTRY
+from commbench.errors import RunError, failures_named
 from commbench.sizes import format_size
 from commbench.timing import Timer
 
@@ -23,7 +25,7 @@ DRY, SYNC, ASYNC = "dry", "sync", "async"
 class Label:
     """What one collective of a step is: rows are built per (collective, unit, phase)."""
 
-    collective: str  # the Backend method, also the registry's collective name
+    collective: str  # the registry's collective name
     unit: str  # the unit whose pass issued it; '' for the flush at the end of the backward pass
     phase: str  # forward, backward or flush
     size_bytes: int  # nccl-tests' size: the all-gather output, the reduce-scatter input
@@ -51,7 +53,7 @@ class Issuer:
     def async_op(self) -> bool:
         return self.mode == ASYNC
 
-    def issue(self, method: str, args: CollectiveArgs, label: Label) -> None:
+    def issue(self, label: Label, args: CollectiveArgs) -> None:
         if self.mode == DRY:
             self.labels.append(label)
             return
@@ -59,24 +61,23 @@ class Issuer:
             raise RunError(f"{self.context}: the step issued more collectives than its schedule "
                            f"({self._slots}) on rank {self.backend.rank}")
         args.async_op = self.async_op
-        call = getattr(self.backend, method)
-        try:
+        issue = REGISTRY[label.collective].issue
+        with failures_named(lambda: self._failed(label)):
             if self._timer is not None:
                 self._timer.start(self.issued)
-                call(args)
+                issue(self.backend, args)
                 self._timer.finish(self.issued, args)
             else:
-                call(args)
+                issue(self.backend, args)
                 if not self.async_op:
                     self.backend.wait(args)
-        except (RunError, UsageError, Terminated):
-            raise
-        except Exception as exc:  # a backend error: say which collective, of which unit, where
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            where = f"unit {label.unit}" if label.unit else "the final flush"
-            raise RunError(f"{self.context}: {label.collective} of {where} ({label.phase}) failed at size "
-                           f"{format_size(label.size_bytes)} on rank {self.backend.rank}: {detail}") from exc
         self.issued += 1
+
+    def _failed(self, label: Label) -> str:
+        """Which collective of which unit failed, and where."""
+        where = f"unit {label.unit}" if label.unit else "the final flush"
+        return (f"{self.context}: {label.collective} of {where} ({label.phase}) failed at size "
+                f"{format_size(label.size_bytes)} on rank {self.backend.rank}")
 
 
 @dataclass

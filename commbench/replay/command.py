@@ -9,8 +9,9 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 from commbench.backends.base import Backend
-from commbench.config import resolve_backend_and_device
+from commbench.config import LaunchConfig, check_count, resolve_launch
 from commbench.errors import RunError, UsageError, brief
+from commbench.output import Output
 from commbench.replay.execute import check_pass, prepare, time_passes
 from commbench.replay.loading import load_trace
 from commbench.replay.mapping import ReplayPlan, map_trace
@@ -21,13 +22,13 @@ from commbench.replay.summary import summary_lines
 from commbench.replay.validate import validate
 from commbench.replay.window import parse_selection, select
 from commbench.results import Row
-from commbench.runner import Output
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReplayConfig:
-    """One `commbench replay` run; the launcher reads the same launch fields as a sweep's RunConfig."""
+    """One `commbench replay` run."""
 
+    launch: LaunchConfig = field(default_factory=LaunchConfig)  # nproc 0: as many ranks as recorded
     traces: list[str] = field(default_factory=list)  # directories, globs or files
     select: str = "all"  # all, seq:A-B or last:N (window.py)
     warmup: int = 1  # untimed passes
@@ -35,16 +36,11 @@ class ReplayConfig:
     keep_gaps: bool = False  # re-insert the recorded idle time between a rank's operations
     check: bool = False  # one more pass with known values, every output compared
     record: str | None = None  # PREFIX: record one more pass to PREFIX<rank> (record.py)
-    backend: str | None = None
-    device: str | None = None
-    nproc: int = 0  # local ranks to spawn without a launcher; 0: as many as the recording has
-    timeout_s: float = 300.0
-    output_dir: str = "results"
-    csv_path: str | None = None
-    json_path: str | None = None
-    quiet: bool = False
-    argv: list[str] = field(default_factory=list)
     pattern: str = PATTERN
+
+    def check_world(self, world_size: int) -> None:
+        """Any world size takes a recording (mapping.py's rule); resolve_replay checks that something
+        can be placed on the ranks it spawns, and each rank on the world it finds."""
 
 
 def load_selected(config: ReplayConfig) -> Trace:
@@ -54,18 +50,14 @@ def load_selected(config: ReplayConfig) -> Trace:
 
 def resolve_replay(config: ReplayConfig) -> ReplayConfig:
     """A checked copy with backend, device and rank count settled; UsageError on the first problem."""
-    for flag, value, minimum in (("--warmup", config.warmup, 0), ("--iters", config.iters, 1),
-                                 ("--nproc", config.nproc, 0)):
-        if value < minimum:
-            raise UsageError(f"{flag} {value} must be at least {minimum}")
-    if config.timeout_s <= 0:
-        raise UsageError(f"--timeout {config.timeout_s:g} must be above 0 seconds")
+    check_count("--warmup", config.warmup, minimum=0)
+    check_count("--iters", config.iters, minimum=1)
+    check_count("--nproc", config.launch.nproc, minimum=0)
     parse_selection(config.select)
-    backend, device = resolve_backend_and_device(config.backend, config.device)
     trace = load_selected(config)
-    nproc = config.nproc or trace.world_size
-    _mapped(trace, nproc)
-    return replace(config, backend=backend, device=device, nproc=nproc)
+    launch = resolve_launch(replace(config.launch, nproc=config.launch.nproc or trace.world_size))
+    _mapped(trace, launch.nproc)
+    return replace(config, launch=launch)
 
 
 def launch_replay(config: ReplayConfig) -> int:
@@ -73,7 +65,7 @@ def launch_replay(config: ReplayConfig) -> int:
     run_replay once its process group is up."""
     from commbench.launch import launch
 
-    return launch([config], work=run_replay)
+    return launch([config], run_replay)
 
 
 def _mapped(trace: Trace, world_size: int) -> ReplayPlan:

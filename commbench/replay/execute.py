@@ -13,11 +13,12 @@ operations comes back).
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.check import Pattern, compare
+from commbench.check import CheckValues, compare
 from commbench.collectives import REGISTRY, Buffers, Layout
 from commbench.dtypes import known_dtypes
 from commbench.errors import RunError, Terminated, UsageError, brief
@@ -118,9 +119,9 @@ def prepare(plan: ReplayPlan, rank: int, backend: Backend, handles: dict[str, ob
             cache[cache_key] = (layout, flat)
         layout, flat = cache[cache_key]
         source, target = _shaped(op, flat)
-        args = CollectiveArgs(input=source, output=target, group=handles.get(op.group), root=op.root,
+        args = CollectiveArgs(input=source, output=target, process_group=handles.get(op.group), root=op.root,
                               send_peer=flat.send_peer, recv_peer=flat.recv_peer)
-        prepared = Prepared(op, getattr(backend, REGISTRY[op.collective].method), args, layout, flat)
+        prepared = Prepared(op, partial(REGISTRY[op.collective].issue, backend), args, layout, flat)
         _add_to_steps(steps, prepared)
     return steps
 
@@ -215,19 +216,19 @@ def check_pass(steps: list[Step], backend: Backend, world_size: int) -> dict[tup
     wrong: dict[tuple, tuple[int, str]] = {}
     timer = make_timer(backend, max(1, len(steps)))
     for index, step in enumerate(steps):
-        patterns: list[Pattern | None] = []
+        values_of: list[CheckValues | None] = []
         for prepared in step.ops:
-            pattern = Pattern(prepared.layout.dtype, "sum", prepared.layout.world_size, backend.device) \
+            values = CheckValues(prepared.layout.dtype, "sum", prepared.layout.world_size, backend.device) \
                 if checkable(prepared.op) else None
-            if pattern is not None:
-                REGISTRY[prepared.op.collective].fill(prepared.layout, prepared.flat, pattern)
-            patterns.append(pattern)
+            if values is not None:
+                REGISTRY[prepared.op.collective].fill(prepared.layout, prepared.flat, values)
+            values_of.append(values)
         backend.sync_device()
         run_pass([step], timer, index, GapClock(False), backend.rank)
-        for prepared, pattern in zip(step.ops, patterns, strict=True):
-            if pattern is None:
+        for prepared, values in zip(step.ops, values_of, strict=True):
+            if values is None:
                 continue
-            result = compare(REGISTRY[prepared.op.collective].expect(prepared.layout, prepared.flat), pattern)
+            result = compare(REGISTRY[prepared.op.collective].expect(prepared.layout, prepared.flat), values)
             count, first = wrong.get(prepared.op.key, (0, ""))
             wrong[prepared.op.key] = (count + result.wrong,
                                       first or (result.describe(backend.rank) if result.wrong else ""))

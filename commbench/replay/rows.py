@@ -1,12 +1,13 @@
-"""Rows of a replay: one per row key (group, collective, dtype, shape, root; for point-to-point the
-ordered pair of ranks), and two per pass.
+"""Rows of a replay, through the one row builder (commbench.rows): one per row key (group, collective,
+dtype, elements per rank, root; for point-to-point the ordered pair of ranks), and two per pass.
 
 Definitions (docs/replay.md): a key's samples are its operations' times, one per operation and pass,
-each the largest over the ranks that issued it (both sides of a message); ``ops`` is how many
-operations of the key one pass holds; time_us_* are per operation. The pass rows (collective 'pass')
-hold one sample per pass, the largest over ranks: phase 'comm' the sum of the rank's step times (its
-communication time per replayed step), phase 'wall' the pass from its barrier to its end, gaps included.
-``recorded_us`` is the mean recorded duration of the key's operations where the recording measured them.
+each the largest over the ranks that issued it (both sides of a message), so ``iters`` counts operations
+timed; ``ops`` is how many operations of the key one pass holds; time_us_* are per operation;
+rank_mean_us follows group_ranks' order. The pass rows (collective 'pass') hold one sample per pass,
+the largest over ranks: phase 'comm' the sum of the rank's step times (its communication time per
+replayed step), phase 'wall' the pass from its barrier to its end, gaps included. ``recorded_us`` is the
+mean recorded duration of the key's operations where the recording measured them.
 """
 
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from commbench.collectives import REGISTRY
 from commbench.replay.execute import RankTimes
 from commbench.replay.mapping import ReplayOp, ReplayPlan
 from commbench.results import Row
-from commbench.stats import algbw_gbps, summarize
+from commbench.rows import make_row
+from commbench.sampling import Sampled
 
 PATTERN = "replay"
 PASS = "pass"
@@ -28,29 +30,6 @@ class RowContext:
     world_size: int
     warmup: int
     iters: int
-
-
-def _microseconds(seconds: list[float]) -> list[float]:
-    return [round(value * 1e6, 3) for value in seconds]
-
-
-def _slowest(series: list[list[float]]) -> list[float]:
-    """Element by element, the largest over ranks (lists of one key have one length on every rank)."""
-    return [max(values) for values in zip(*series, strict=True)]
-
-
-def _timed_fields(samples_us: list[float], size_bytes: int, busbw_factor: float | None) -> dict:
-    summary = summarize(samples_us)
-    algbw = algbw_gbps(size_bytes, summary.p50 * 1e-6) if busbw_factor is not None else None
-    return dict(time_us_p50=summary.p50, time_us_p95=summary.p95, time_us_min=summary.min,
-                time_us_max=summary.max, time_us_mean=summary.mean, algbw_gbps=algbw,
-                busbw_gbps=None if algbw is None or busbw_factor is None else algbw * busbw_factor,
-                samples=len(samples_us), time_us_p99=summary.p99, time_us_stdev=summary.stdev,
-                time_us_cv=summary.cv, ci95_rel=summary.ci95_rel, samples_us=samples_us)
-
-
-def _members(plan: ReplayPlan, op: ReplayOp, ranks: list[int]) -> tuple[int, ...]:
-    return plan.group(op.group).members if op.group else tuple(sorted(ranks))
 
 
 @dataclass
@@ -78,33 +57,31 @@ def _key_records(plan: ReplayPlan) -> dict[tuple, KeyRecord]:
 
 def op_row(ctx: RowContext, plan: ReplayPlan, record: KeyRecord, seconds: list[list[float]],
            wrong: tuple[int, str] | None) -> Row:
+    """``seconds``: per rank of ``record.ranks``, the key's operations pass after pass."""
     op, recorded = record.op, record.recorded_us
     collective = REGISTRY[op.collective]
-    members = _members(plan, op, record.ranks)
-    size = op.size_bytes
-    factor = collective.busbw_factor(len(members))
-    samples_us = _microseconds(_slowest(seconds))
-    return Row(collective=op.collective, backend=ctx.backend, device=ctx.device, world_size=ctx.world_size,
-               dtype=op.dtype, mode="sync", op="sum" if collective.reduces else "", size_bytes=size,
-               requested_bytes=size, count_per_rank=op.count_per_rank, iters=ctx.iters, warmup=ctx.warmup,
-               busbw_factor=factor, **_timed_fields(samples_us, size, factor),
-               group_size=len(members),
-               group_layout="world" if len(members) == ctx.world_size else "recorded",
-               placement=collective.placements[0], root=op.root if collective.rooted else -1,
-               wrong=None if wrong is None else wrong[0], first_wrong="" if wrong is None else wrong[1],
-               pattern=PATTERN, ops=len(samples_us) // ctx.iters, group_name=op.key[0],
-               group_ranks=",".join(map(str, members)),
-               recorded_us=sum(recorded) / len(recorded) if recorded else None)
+    members = plan.group(op.group).members if op.group else tuple(record.ranks)
+    per_pass = len(seconds[0]) // ctx.iters
+    return make_row(Sampled(seconds, len(seconds[0])), collective=op.collective, backend=ctx.backend,
+                    device=ctx.device, world_size=ctx.world_size, dtype=op.dtype, mode="sync",
+                    op="sum" if collective.reduces else "", size_bytes=op.size_bytes,
+                    requested_bytes=op.size_bytes, count_per_rank=op.count_per_rank, warmup=ctx.warmup,
+                    busbw_factor=collective.busbw_factor(len(members)), group_size=len(members),
+                    group_layout="world" if len(members) == ctx.world_size else "recorded",
+                    placement=collective.default_placement, root=op.root if collective.rooted else -1,
+                    wrong=None if wrong is None else wrong[0], first_wrong="" if wrong is None else wrong[1],
+                    pattern=PATTERN, ops=per_pass, group_name=op.key[0],
+                    group_ranks=",".join(map(str, members)),
+                    recorded_us=sum(recorded) / len(recorded) if recorded else None)
 
 
 def pass_row(ctx: RowContext, phase: str, seconds: list[list[float]], op_rows: list[Row]) -> Row:
-    size = sum(row.size_bytes * (row.ops or 0) for row in op_rows)
-    timed = _timed_fields(_microseconds(_slowest(seconds)), size, None)
-    return Row(collective=PASS, backend=ctx.backend, device=ctx.device, world_size=ctx.world_size, dtype="",
-               mode="sync", op="", size_bytes=size, requested_bytes=size, count_per_rank=0, iters=ctx.iters,
-               warmup=ctx.warmup, busbw_factor=1.0, **timed,
-               placement="", pattern=PATTERN, phase=phase, ops=sum(row.ops or 0 for row in op_rows),
-               group_name="", group_ranks=",".join(map(str, range(ctx.world_size))))
+    """One of the two pass rows; ``seconds``: per rank, one value per pass."""
+    return make_row(Sampled(seconds, ctx.iters), collective=PASS, backend=ctx.backend, device=ctx.device,
+                    world_size=ctx.world_size, dtype="", mode="sync", op="", size_bytes=0, requested_bytes=0,
+                    count_per_rank=0, warmup=ctx.warmup, busbw_factor=1.0, placement="", pattern=PATTERN,
+                    phase=phase, ops=sum(row.ops or 0 for row in op_rows), group_name="",
+                    group_ranks=",".join(map(str, range(ctx.world_size))))
 
 
 def build_rows(ctx: RowContext, plan: ReplayPlan, times: list[RankTimes],
