@@ -21,6 +21,8 @@ from commbench.config import Benchmark, LaunchConfig
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
 from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.output import NullOutput, Output
+from commbench.provenance.describe import hardware_summary
+from commbench.provenance.run import RunProvenance
 from commbench.recording import Recording, build_meta
 from commbench.results import Row
 from commbench.runner import Session, sweep_failure
@@ -129,14 +131,15 @@ def launch(benchmarks: Sequence[Benchmark], work: Work, environ: Mapping[str, st
 
 
 def announce_local_ranks(setup: LaunchConfig) -> None:
-    """Before the ranks start (seconds, with torch to import): say so, and warn when they outnumber
-    the cores they will share, since every time measured then includes waiting for a core."""
+    """Before the ranks start (seconds, with torch to import): say so to a person at a terminal, and
+    warn when they outnumber the cores they will share, since every time measured then includes
+    waiting for a core."""
     cores = len(os.sched_getaffinity(0))
     if setup.device == "cpu" and setup.nproc > cores:
         print(f"commbench: warning: {setup.nproc} local ranks share {cores} CPU cores, so every time "
               f"includes waiting for a core; use --nproc {cores} or fewer for meaningful numbers",
               file=sys.stderr, flush=True)
-    if not setup.quiet:
+    if not setup.quiet and sys.stderr.isatty():
         print(f"commbench: starting {setup.nproc} local ranks ({setup.backend} on {setup.device})",
               file=sys.stderr, flush=True)
 
@@ -280,16 +283,23 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     setup = benchmarks[0].launch
     stops = StopRequests()
     stops.install()
+    # NCCL reads its debug variables once, when the backend starts it: they are set before.
+    provenance = RunProvenance(setup, os.environ)
     backend = start_backend(setup, info, environ)
     recording: Recording | None = None
     try:
         hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
         plan = split_into_groups(setup, hostnames)
         membership = join_groups(backend, plan)
+        hardware = provenance.gather_hardware(backend, hostnames)
         if info.rank == 0:
             meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
+            meta.hardware = hardware
             recording = Recording(meta, setup)
-        session = Session(membership, stops.requested, skipped_size(info, environ))
+            recording.note(hardware_summary(hardware))
+        members = [list(ranks) for ranks in plan.members]
+        context = provenance.start_rows(backend, hostnames, members, recording)
+        session = Session(membership, stops.requested, skipped_size(info, environ), context)
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True
@@ -299,6 +309,8 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
         raise _finish_failed(exc, info, backend, recording, setup) from exc
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows)
+    below = provenance.finish(rows, recording)
+    failure = "; ".join(text for text in (failure, below) if text) or None
     if recording is not None:
         recording.finish("failed" if failure else "complete", failure)
         recording.show_files()

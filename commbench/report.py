@@ -20,6 +20,7 @@ from commbench.console import TextTable, run_table
 from commbench.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fit, fit_rows, unreliable_text
 from commbench.frame import rows_frame, runs_frame
 from commbench.plot import draw, matplotlib_missing, save
+from commbench.provenance.html import hardware_table_html, peak_table_html
 from commbench.results import SERIES_FIELDS, Row, SavedRun, load_runs
 from commbench.sizes import format_size
 
@@ -135,13 +136,15 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
              f"{escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
     parts.append("<h2>Runs</h2>")
     for run in runs:
-        parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}")
+        parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}"
+                     f"{hardware_table_html(run.meta)}")
     parts.append("<h2>Plots</h2>")
     if plots_missing:
         parts.append(f"<p>No plots: {escape(plots_missing)}</p>")
     for collective, uri in [] if plots_missing else plot_images(runs):
         parts.append(f'<h3>{escape(collective)}</h3><img alt="{escape(collective)}: busbw and latency '
                      f'against size" src="{uri}">')
+    parts.extend(peak_table_html(run.rows, run.label) for run in runs)
     parts.append(f"<h2>α-β fits</h2>{html_table(fits_table(runs))}")
     parts.append("<h2>Results</h2>")
     for run in runs:

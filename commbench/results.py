@@ -85,6 +85,16 @@ class Row:
     compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
     benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
     root: int = -1  # root rank of a rooted collective, -1 for the others (nccl-tests' convention)
+    # Provenance (docs/provenance.md); empty/None where not known, so older files still load.
+    nccl_algo: str = ""  # --nccl-debug: NCCL's algorithm for this collective and size (RING, TREE, NVLS, ...)
+    nccl_proto: str = ""  # --nccl-debug: its protocol (LL, LL128, SIMPLE)
+    nccl_channels: int | None = None  # --nccl-debug: channels used (or the communicator's, see docs)
+    nccl_transport: str = ""  # --nccl-debug: P2P/IPC, SHM, NET/IB, NVLS, CollNet, joined with '+'
+    peak_gbps: float | None = None  # the peak of the link that bounds this row (the peak rule)
+    peak_source: str = ""  # what that peak was computed from
+    pct_of_peak: float | None = None  # 100 x busbw / peak_gbps
+    expected_gbps: float | None = None  # --expect: the baseline's busbw for this row
+    verdict: str = ""  # --expect / --fail-below: PASS, WARN or FAIL; '' when not judged
     # Replay rows (commbench replay; see docs/replay.md); None/empty elsewhere, so older files still load.
     ops: int | None = None  # operations of this row per replayed pass (every operation of a pass row)
     group_name: str = ""  # the recorded group ('1:mesh_dp', '/j' for copy j) or 'p2p SRC->DST'
@@ -156,6 +166,9 @@ class RunMeta:
     finished_at: str | None = None
     error: str | None = None
     groups: dict[str, Any] = field(default_factory=dict)  # layout, size, count, members (GroupPlan)
+    hardware: dict[str, Any] = field(default_factory=dict)  # host name -> its hardware (provenance)
+    nccl_log: dict[str, Any] = field(default_factory=dict)  # --nccl-debug: files, version, line counts
+    expectations: dict[str, Any] = field(default_factory=dict)  # --expect/--fail-below: verdict summary
 
 
 def clean_for_json(value: Any) -> Any:

@@ -3,6 +3,7 @@ than cores, a bad output location, and the hints for near-miss names (issue "fir
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -93,19 +94,41 @@ def test_quiet_prints_only_where_the_files_are_on_stderr(tmp_path):
     assert result.stderr.splitlines() == [f"results: {run_dir / 'results.csv'}, {run_dir / 'results.json'}"]
 
 
+def _stderr_on_a_terminal(command: list[str], cores: set[int] | None = None) -> tuple[int, list[str]]:
+    """Run ``command`` with stderr on a pseudo-terminal (stdout to a pipe): its status and stderr lines."""
+    leader, follower = pty.openpty()
+
+    def set_up() -> None:
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL,
+                            env=launcherless_env(), cwd=ROOT, preexec_fn=set_up)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closes with the last process holding it
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.communicate(timeout=120)
+    os.close(leader)
+    return proc.returncode, b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
+
+
 @pytest.mark.processes
-def test_more_local_ranks_than_cores_is_warned_and_the_start_is_announced(tmp_path):
+def test_more_local_ranks_than_cores_is_warned_and_a_terminal_sees_the_start(tmp_path):
     command = [sys.executable, "-m", "commbench", "--sizes", "1K", "--iters", "2", "--nproc", "2",
                "--output-dir", str(tmp_path)]
-    def one_core() -> None:
-        os.sched_setaffinity(0, {0})
-
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=launcherless_env(),
-                            cwd=ROOT, stdin=subprocess.DEVNULL, preexec_fn=one_core)
-    assert result.returncode == 0, result.stderr
-    lines = result.stderr.splitlines()
+    status, lines = _stderr_on_a_terminal(command, cores={0})
+    assert status == 0, lines
     assert lines[0].startswith("commbench: warning: 2 local ranks share 1 CPU cores")
     assert lines[1] == "commbench: starting 2 local ranks (gloo on cpu)"
+    result = run_cli("--sizes", "1K", "--iters", "2", "--output-dir", str(tmp_path))  # no terminal, no line
+    assert result.returncode == 0 and "starting" not in result.stderr
 
 
 @pytest.mark.processes

@@ -56,6 +56,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     sweep_file = tmp_path / "sweep.yaml"  # each rank reads it; every option typed below overrides it
     sweep_file.write_text("defaults:\n  iters: 9\n  format: jsonl\nbenchmarks:\n  - name: passthrough\n"
                           "    collectives: [all_reduce]\n    warmup: 4\n")
+    floor = tmp_path / "floor.yaml"  # a baseline every row passes: --fail-below must not fail the run
+    floor.write_text("expect:\n  - {busbw_gbps: 1.0e-9}\n")
     result = torchrun(2, "--config", str(sweep_file), "--collective", "broadcast", "--sizes", "2K",
                       "--dtype", "bfloat16",
                       "--mode", "both", "--op", "max", "--warmup", "2", "--iters", "3", "--root", "1",
@@ -66,7 +68,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                       "--group-size", "2", "--group-layout", "strided", "--per-rank",
                       "--skew-threshold", "50", "--format", "nccl-tests",
                       "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
-                      "--p2p-window", "4", "--premul-factor", "0.25")
+                      "--p2p-window", "4", "--premul-factor", "0.25",
+                      "--nccl-debug", "--expect", str(floor), "--fail-below", "1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     meta = json.loads(json_path.read_text())["meta"]
@@ -85,6 +88,7 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert config["per_rank"] is True and config["skew_threshold_percent"] == 50.0
     assert config["placements"] == ["in-place"] and config["check"] is True and config["check_every"] == 2
     assert (config["splits"], config["p2p_window"], config["premul_factor"]) == ("spread:0.25", 4, 0.25)
+    assert (config["nccl_debug"], config["expect"], config["fail_below"]) == (True, str(floor), 1.0)
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
     rows = json.loads(json_path.read_text())["rows"]
     assert [(row["placement"], row["wrong"]) for row in rows] == [("in-place", 0), ("in-place", 0)]
@@ -100,7 +104,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                  "--time-per-size", "--min-iters", "--max-iters", "--precision", "--barrier", "--cuda-graph",
                  "--max-memory", "--group-size", "--group-layout", "--per-rank", "--skew-threshold",
                  "--groups", "--config", "--format",
-                 "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor"}
+                 "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor",
+                 "--nccl-debug", "--expect", "--fail-below"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
 
