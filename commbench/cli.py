@@ -333,6 +333,29 @@ def env_command(output_format: str) -> None:
     print_env(output_format)
 
 
+@cli.command("replay")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+@click.option("--select", default="all", show_default=True, help="all, seq:A-B or last:N (docs/replay.md).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed passes.")
+@click.option("--iters", type=int, default=5, show_default=True, help="Timed passes.")
+@click.option("--keep-gaps", is_flag=True, help="Keep each operation's recorded offset within a pass.")
+@click.option("--check", is_flag=True, help="One more pass with known values; count wrong elements.")
+@click.option("--record", metavar="PREFIX", help="One more pass, recorded as the input was, to PREFIX<rank>.")
+@launch_options
+@click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
+@click.pass_context
+def replay(ctx: click.Context, traces: tuple[str, ...], **options: Any) -> int:
+    """Replay and time a job's communication from torch's Flight Recorder dumps or profiler traces
+    (one per rank); without a launcher or --nproc, as many ranks as recorded. See docs/replay.md."""
+    from commbench.replay.command import ReplayConfig, launch_replay, resolve_replay
+
+    launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
+    if ctx.get_parameter_source("nproc") != ParameterSource.COMMANDLINE:
+        launch_values["nproc"] = 0  # as many ranks as the recording has
+    setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
+    return launch_replay(resolve_replay(ReplayConfig(launch=setup, traces=list(traces), **options)))
+
+
 @cli.command("list")
 @click.option("--backend", default=None, help="gloo, nccl, mpi or ucc [default: nccl with CUDA, else gloo].")
 @click.option("--device", default=None, help="cpu or cuda [default: cuda for nccl/ucc, else cpu].")

@@ -95,6 +95,11 @@ class Row:
     pct_of_peak: float | None = None  # 100 x busbw / peak_gbps
     expected_gbps: float | None = None  # --expect: the baseline's busbw for this row
     verdict: str = ""  # --expect / --fail-below: PASS, WARN or FAIL; '' when not judged
+    # Replay rows (commbench replay; see docs/replay.md); None/empty elsewhere, so older files still load.
+    ops: int | None = None  # operations of this row per replayed pass (every operation of a pass row)
+    group_name: str = ""  # the recorded group ('1:mesh_dp', '/j' for copy j) or 'p2p SRC->DST'
+    group_ranks: str = ""  # the group's ranks in this world, comma separated
+    recorded_us: float | None = None  # mean recorded time per operation, where the recording measured it
 
     def __post_init__(self) -> None:
         if not self.group_size:
@@ -133,7 +138,7 @@ def default_placement(collective: str) -> str:
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
               "group_size", "group_layout", "placement",
-              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide")
+              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide", "group_name")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.

@@ -1,6 +1,7 @@
 """torchrun prefix-matches its own options, even after `-m commbench`: ours must never be a prefix."""
 
 import json
+import pickle
 
 import click
 import pytest
@@ -38,7 +39,7 @@ def _commbench_options() -> set[str]:
 
 def test_every_command_is_checked():
     names = {command.name for command in _all_commands(cli)}
-    assert {"run", "list", "pattern", "fsdp"} <= names
+    assert {"run", "list", "pattern", "fsdp", "replay"} <= names
     assert {"--bucket-mb", "--no-reshard", "--compute-size"} <= _commbench_options()
 
 
@@ -140,3 +141,40 @@ def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
     # a new option added to `pattern fsdp` must be added to this pass-through run too
     options = _options(cli.commands["pattern"].commands["fsdp"])
     assert options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
+
+
+@pytest.mark.processes
+def test_every_replay_option_reaches_commbench_through_torchrun(tmp_path, recordings):
+    """On four ranks a two-rank recording runs as two copies side by side (mapping.py's rule)."""
+    ddp = recordings.recording("ddp").directory
+    json_path, csv_path, prefix = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "again" / "rank_"
+    result = torchrun(4, "replay", str(ddp), "--select", "last:2", "--warmup", "1", "--iters", "2",
+                      "--keep-gaps", "--check", "--record", str(prefix), "--backend", "gloo", "--device",
+                      "cpu", "--timeout", "77", "--output-dir", str(tmp_path / "dir"), "--csv", str(csv_path),
+                      "--json", str(json_path), "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+    payload = json.loads(json_path.read_text())
+    meta, rows = payload["meta"], payload["rows"]
+    config = meta["config"]
+    assert meta["launcher"] == "torchrun" and meta["world_size"] == 4
+    assert (config["traces"], config["select"]) == ([str(ddp)], "last:2")
+    assert (config["warmup"], config["iters"]) == (1, 2)
+    assert (config["keep_gaps"], config["check"], config["record"]) == (True, True, str(prefix))
+    assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 77.0)
+    assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    operations = [row for row in rows if row["collective"] != "pass"]
+    # DDP's last two steps: two bucket all-reduces each, in each copy of the job
+    assert {(row["group_name"], row["group_ranks"], row["ops"], row["wrong"]) for row in operations} == {
+        ("0:default_pg/0", "0,1", 2, 0), ("0:default_pg/1", "2,3", 2, 0)}
+    assert len(operations) == 4 and csv_path.read_text().count("\n") == len(rows) + 1
+    assert sorted(path.name for path in prefix.parent.iterdir()) == [f"rank_{rank}" for rank in range(4)]
+    # --keep-gaps: the last operation waits for its recorded offset, so a pass lasts at least that long
+    wall = next(row for row in rows if row["collective"] == "pass" and row["phase"] == "wall")
+    created = [pickle.loads(path.read_bytes())["entries"][-4]["time_created_ns"] for path in ddp.iterdir()]
+    last = [pickle.loads(path.read_bytes())["entries"][-1]["time_created_ns"] for path in ddp.iterdir()]
+    assert wall["time_us_min"] >= max(end - start for start, end in zip(created, last, strict=True)) / 1e3
+    exercised = {"--select", "--warmup", "--iters", "--keep-gaps", "--check", "--record", "--backend",
+                 "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet"}
+    # a new option added to `replay` must be added to this pass-through run too
+    assert _options(cli.commands["replay"]) - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised

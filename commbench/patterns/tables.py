@@ -30,7 +30,7 @@ def _pooled_p50(rows: list[Row]) -> float | None:
 
 def pattern_tables(rows: list[Row]) -> list:
     """Renderables for one pattern run's rows: tables and a closing line naming the best bucketing."""
-    rows = [row for row in rows if row.pattern]
+    rows = [row for row in rows if row.pattern == "fsdp"]  # replay rows have a summary of their own
     if not rows:
         return []
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
