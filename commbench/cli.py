@@ -146,6 +146,15 @@ def cli() -> None:
               help="Messages in flight per op for p2p_uni and p2p_bidir.")
 @click.option("--premul-factor", type=float, default=DEFAULTS["premul_factor"], show_default=True,
               help="The factor of --op premul_sum (NCCL only).")
+@click.option("--nccl-debug", is_flag=True,
+              help="Run with NCCL's INFO log (INIT, TUNING, COLL) in per-rank files beside the results; rows "
+                   "get NCCL's algorithm, protocol, channels and transport.")
+@click.option("--expect", default=None, metavar="FILE|NAME",
+              help="Judge each row PASS, WARN or FAIL against a baseline: a YAML file or a name from "
+                   "configs/baselines.yaml (docs/provenance.md).")
+@click.option("--fail-below", type=float, default=None, metavar="PCT",
+              help="Exit 1 when a row's busbw is below PCT percent of its --expect busbw, or without "
+                   "--expect of its link peak.")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **options: Any) -> int:
     """Benchmark collectives over a range of message sizes (the default command)."""
@@ -265,6 +274,39 @@ def report(files: tuple[str, ...], output_path: str) -> None:
 
 # The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns; they share the launch options.
 cli.add_command(pattern_group(launch_options))
+
+
+@cli.command("env")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text, or the JSON record every run stores per host.")
+def env_command(output_format: str) -> None:
+    """This host's hardware and software, as every run records it; starts no process group."""
+    from commbench.provenance.describe import print_env
+
+    print_env(output_format)
+
+
+@cli.command("replay")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+@click.option("--select", default="all", show_default=True, help="all, seq:A-B or last:N (docs/replay.md).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed passes.")
+@click.option("--iters", type=int, default=5, show_default=True, help="Timed passes.")
+@click.option("--keep-gaps", is_flag=True, help="Keep each operation's recorded offset within a pass.")
+@click.option("--check", is_flag=True, help="One more pass with known values; count wrong elements.")
+@click.option("--record", metavar="PREFIX", help="One more pass, recorded as the input was, to PREFIX<rank>.")
+@launch_options
+@click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
+@click.pass_context
+def replay(ctx: click.Context, traces: tuple[str, ...], **options: Any) -> int:
+    """Replay and time a job's communication from torch's Flight Recorder dumps or profiler traces
+    (one per rank); without a launcher or --nproc, as many ranks as recorded. See docs/replay.md."""
+    from commbench.replay.command import ReplayConfig, launch_replay, resolve_replay
+
+    launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
+    if ctx.get_parameter_source("nproc") != ParameterSource.COMMANDLINE:
+        launch_values["nproc"] = 0  # as many ranks as the recording has
+    setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
+    return launch_replay(resolve_replay(ReplayConfig(launch=setup, traces=list(traces), **options)))
 
 
 @cli.command("list")

@@ -8,8 +8,11 @@ Nobody launched us: spawn.py starts local ranks that re-run the same command lin
 import os
 import signal
 import socket
+import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from commbench.backends.base import Backend
@@ -18,6 +21,8 @@ from commbench.config import Benchmark, LaunchConfig
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
 from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.output import NullOutput, Output
+from commbench.provenance.describe import hardware_summary
+from commbench.provenance.run import RunProvenance
 from commbench.recording import Recording, build_meta
 from commbench.results import Row
 from commbench.runner import Session, sweep_failure
@@ -117,8 +122,47 @@ def launch(benchmarks: Sequence[Benchmark], work: Work, environ: Mapping[str, st
     info = detect(environ, setup.backend)
     if info is None:
         check_local_launch(benchmarks)
+        check_output_location(setup)
+        announce_local_ranks(setup)
         return spawn_local(setup.argv, setup.nproc)
+    if info.rank == 0:
+        check_output_location(setup)
     return run_rank(list(benchmarks), info, environ, work)
+
+
+def announce_local_ranks(setup: LaunchConfig) -> None:
+    """Before the ranks start (seconds, with torch to import): say so to a person at a terminal, and
+    warn when they outnumber the cores they will share, since every time measured then includes
+    waiting for a core."""
+    cores = len(os.sched_getaffinity(0))
+    if setup.device == "cpu" and setup.nproc > cores:
+        print(f"commbench: warning: {setup.nproc} local ranks share {cores} CPU cores, so every time "
+              f"includes waiting for a core; use --nproc {cores} or fewer for meaningful numbers",
+              file=sys.stderr, flush=True)
+    if not setup.quiet and sys.stderr.isatty():
+        print(f"commbench: starting {setup.nproc} local ranks ({setup.backend} on {setup.device})",
+              file=sys.stderr, flush=True)
+
+
+def check_output_location(setup: LaunchConfig) -> None:
+    """UsageError, before any rank starts, when the results cannot be written where asked."""
+    exact = (("--csv", setup.csv_path), ("--json", setup.json_path))
+    files = [(flag, Path(path)) for flag, path in exact if path]
+    for flag, path in files:
+        if path.is_dir():
+            raise UsageError(f"{flag} {path} is a directory: give the file to write")
+    directories = [(flag, path.parent) for flag, path in files]
+    if len(files) < 2:  # a file not given exactly goes under --output-dir
+        directories.append(("--output-dir", Path(setup.output_dir)))
+    for flag, directory in directories:
+        if directory.exists() and not directory.is_dir():
+            raise UsageError(f"{flag}: {directory} is a file, not a directory")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as exc:
+            raise UsageError(f"{flag}: cannot write results in {directory}: {exc.strerror or exc}") from None
 
 
 def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -> int:
@@ -206,12 +250,15 @@ class StopRequests:
     def __init__(self) -> None:
         self.signum = 0
         self.polled = False
+        self.done = False  # the work is over: a late signal does not turn a complete run into a stopped one
 
     def install(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: object) -> None:
+        if self.done:
+            return
         if self.signum or not self.polled:
             raise Terminated(signum)
         self.signum = signum
@@ -236,24 +283,34 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     setup = benchmarks[0].launch
     stops = StopRequests()
     stops.install()
+    # NCCL reads its debug variables once, when the backend starts it: they are set before.
+    provenance = RunProvenance(setup, os.environ)
     backend = start_backend(setup, info, environ)
     recording: Recording | None = None
     try:
         hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
         plan = split_into_groups(setup, hostnames)
         membership = join_groups(backend, plan)
+        hardware = provenance.gather_hardware(backend, hostnames)
         if info.rank == 0:
             meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
+            meta.hardware = hardware
             recording = Recording(meta, setup)
-        session = Session(membership, stops.requested, skipped_size(info, environ))
+            recording.note(hardware_summary(hardware))
+        members = [list(ranks) for ranks in plan.members]
+        context = provenance.start_rows(backend, hostnames, members, recording)
+        session = Session(membership, stops.requested, skipped_size(info, environ), context)
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
+        stops.done = True
     except BaseException as exc:
         if recording is not None:
             recording.close_console()
         raise _finish_failed(exc, info, backend, recording, setup) from exc
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows)
+    below = provenance.finish(rows, recording)
+    failure = "; ".join(text for text in (failure, below) if text) or None
     if recording is not None:
         recording.finish("failed" if failure else "complete", failure)
         recording.show_files()
@@ -271,7 +328,7 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
     if isinstance(exc, Terminated | KeyboardInterrupt):
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
         if recording is not None:
-            recording.finish("interrupted", f"stopped by {signal.Signals(signum).name}")
+            recording.interrupted(signal.Signals(signum).name)
         return exc
     if isinstance(exc, UsageError):
         if recording is not None:

@@ -10,13 +10,15 @@ shard of them under sequence parallelism).
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from commbench.backends.base import Backend
 from commbench.config import LaunchConfig, check_count, resolve_launch
 from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.patterns.models import ModelSpec, load_model
+
+if TYPE_CHECKING:  # the mesh and its config are read by torch-free code (the tables)
+    from commbench.backends.base import Backend
 
 PATTERNS = ("tp", "moe", "pp", "3d")
 ACTIVATION_DTYPES = ("bfloat16", "float16", "float32", "float64")
@@ -159,7 +161,7 @@ class GroupInfo:
     layout: str
 
 
-def make_groups(backend: Backend, mesh: Mesh) -> dict[str, GroupInfo]:
+def make_groups(backend: "Backend", mesh: Mesh) -> dict[str, GroupInfo]:
     """One process group per dimension, created on every rank in the same order."""
     found = {}
     for name in mesh.names:

@@ -10,6 +10,7 @@ activation patterns' are in parallel_tables.py, these are FSDP's.
 
 from rich.table import Table
 
+from commbench.patterns.parallel import PATTERNS
 from commbench.patterns.parallel_tables import parallel_tables
 from commbench.results import Row
 from commbench.stats import summarize
@@ -31,12 +32,14 @@ def _pooled_p50(rows: list[Row]) -> float | None:
 
 
 def pattern_tables(rows: list[Row]) -> list:
-    """Renderables for one pattern run's rows: tables and a closing line naming the best bucketing."""
-    rows = [row for row in rows if row.pattern]
+    """Renderables for one pattern run's rows: FSDP's tables and a closing line naming the best bucketing,
+    or the activation patterns' tables (replay rows have a summary of their own)."""
+    activation = [row for row in rows if row.pattern in PATTERNS]
+    if activation:
+        return parallel_tables(activation)
+    rows = [row for row in rows if row.pattern == "fsdp"]
     if not rows:
         return []
-    if rows[0].pattern != "fsdp":
-        return parallel_tables(rows)
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
     first = rows[0]
     scatter = next((row for row in rows if row.collective.startswith("reduce_scatter")), first)
