@@ -73,7 +73,9 @@ class Row:
     rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean; JSON only
     rank_skew_us: list[float] = field(default_factory=list)  # each rank's mean arrival skew; JSON only
     # Workload-pattern rows (commbench pattern ...); empty/None on sweep rows, so older files still load.
-    pattern: str = ""  # 'fsdp'
+    pattern: str = ""  # fsdp, tp, moe, pp, 3d
+    variant: str = ""  # what else tells the pattern's runs apart: fsdp2, fsdp1, sp, tp2-pp2-dp1, ...
+    parallel: str = ""  # the parallel dimension whose group the row's collectives ran in: tp, pp, dp, ep
     model: str = ""  # the model spec's name ('llama-7b/layers=2' when cut down)
     unit: str = ""  # the FSDP unit; '' for a whole step or the final flush
     phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute
@@ -83,6 +85,8 @@ class Row:
     calls_per_step: int | None = None  # collectives (or matmuls) per step in this row
     overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
     compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
+    imbalance: float | None = None  # moe: tokens on the busiest rank / the mean (1: balanced)
+    bubble_pct: float | None = None  # pp: a stage's step time not spent computing, percent
     benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
     root: int = -1  # root rank of a rooted collective, -1 for the others (nccl-tests' convention)
     # Provenance (docs/provenance.md); empty/None where not known, so older files still load.
@@ -138,7 +142,8 @@ def default_placement(collective: str) -> str:
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
               "group_size", "group_layout", "placement",
-              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide", "group_name")
+              "pattern", "variant", "parallel", "model", "unit", "phase", "bucket_mb", "predivide",
+              "postdivide", "group_name")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
