@@ -305,3 +305,5 @@ def test_no_launcher_spawns_three_ranks_and_cuts_layers(tmp_path):
     assert {(row.variant, row.predivide, row.postdivide) for row in saved.rows} == {("fsdp1", 2.0, 1.5)}
     # FSDP1 on CPU gathers its flat parameters with the list all_gather
     assert {row.collective for row in saved.rows if row.phase == "forward"} == {"all_gather"}
+    # pattern rows carry the run's peak like sweep rows (commbench.provenance): a loopback host here
+    assert all(row.peak_gbps and row.pct_of_peak is not None for row in saved.rows if row.busbw_gbps)

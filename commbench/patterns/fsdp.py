@@ -32,6 +32,7 @@ from commbench.patterns.sharding import (
     shard_model,
 )
 from commbench.results import Row
+from commbench.runner import Session
 
 PATTERN = "fsdp"
 GRADIENT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -149,11 +150,10 @@ def fsdp_schedule(config: FsdpConfig, world_size: int, bucket: str = "unit", dev
     return step_dry(backend, setup.step(backend, parse_buckets(bucket)[0]), f"fsdp {config.model} schedule")
 
 
-def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, session: object = None
+def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, session: Session | None = None
              ) -> list[Row]:
     """Every bucketing of the (one) config's buckets: an untimed --check step, timed steps, rows as each
-    finishes. (``session`` carries sub-communicators and agreed stops for sweeps; a pattern runs on the
-    world.)"""
+    finishes. (A pattern runs on the world: of the ``session`` it takes the rows' provenance context.)"""
     (config,) = configs
     setup = fsdp_setup(config, backend.world_size, backend.device)
     plan, reduction = setup.plan, setup.reduction
@@ -186,7 +186,8 @@ def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, sessio
             shared = dict(pattern=PATTERN, variant=config.variant, model=model.label, dtype=step_dtype,
                           bucket_mb=bucketing.label, predivide=reduction.predivide,
                           postdivide=reduction.postdivide)
-            run = StepRun(backend, step, labels, context, config.iters, config.warmup, shared)
+            run = StepRun(backend, step, labels, context, config.iters, config.warmup, shared,
+                          row_context=session.row_context if session else None)
             measured = measure_breakdown(run).rows
             if config.overlap:
                 compute_size, overlap_rows = measure_overlap(run, compute_size, setup.state.param_dtype)

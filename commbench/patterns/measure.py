@@ -19,6 +19,7 @@ from commbench.backends.base import Backend, CollectiveArgs
 from commbench.errors import RunError
 from commbench.patterns import overlap as overlap_math
 from commbench.patterns.schedule import ASYNC, DRY, SYNC, Issuer, Label, busbw_factor
+from commbench.provenance.verdicts import RowContext
 from commbench.results import Row
 from commbench.rows import make_row
 from commbench.sampling import Sampled
@@ -51,13 +52,14 @@ class StepRun:
     warmup: int
     shared: dict[str, Any] = field(default_factory=dict)  # pattern, model, dtype, ... of each row
     layouts: dict[str, str] = field(default_factory=dict)
+    row_context: RowContext | None = None  # the run's peaks and verdicts (commbench.provenance)
 
     def row(self, sampled: Sampled | None, **fields: Any) -> Row:
         backend = self.backend
         values = {**self.shared, **fields}
         return make_row(sampled, backend=backend.name, device=backend.device.type,
                         world_size=backend.world_size, requested_bytes=values["size_bytes"],
-                        warmup=self.warmup, **values)
+                        warmup=self.warmup, context=self.row_context, **values)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from commbench.patterns.threed import (
 from commbench.patterns.tp import TensorParallel, TpShape, TpStep
 from commbench.patterns.verify import CollectiveChecker, agree_on_check
 from commbench.results import Row
+from commbench.runner import Session
 from commbench.sizes import format_size
 
 Extras = Callable[[StepRun, Breakdown], tuple[list[Row], list[str]]]
@@ -145,8 +146,8 @@ def check_step(backend: Backend, workload: Workload, groups: dict[str, GroupInfo
     agree_on_check(backend, checker.mismatches + workload.mismatches, context)
 
 
-def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output, session: object = None
-                 ) -> list[Row]:
+def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output,
+                 session: Session | None = None) -> list[Row]:
     """The (one) config's pattern: a dry step, --check, timed steps, rows."""
     (config,) = configs
     model = load_model(config.model, config.layers)
@@ -160,7 +161,8 @@ def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output
             check_step(backend, workload, groups, context)
         shared = dict(pattern=config.pattern, variant=workload.variant, model=model.label, dtype=config.dtype)
         layouts = {name: group.layout for name, group in groups.items()}
-        run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared, layouts)
+        run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared, layouts,
+                      row_context=session.row_context if session else None)
         breakdown = measure_breakdown(run)
         rows, notes = workload.extras(run, breakdown) if workload.extras else (breakdown.rows, [])
     for row in rows:
