@@ -1,9 +1,8 @@
 """The result model (rows and run metadata) and its files.
 
-Rows are written as measured: the CSV appended, flushed and synced per row; the JSON rewritten atomically
-(temporary file, fsync, rename) per row up to JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S
-(a rewrite holds every row) and at once for fits, sections and the end. A run that fails or is
-interrupted keeps every row it finished; no reader ever sees a half-written JSON file.
+Rows are written as measured: the CSV synced per row, the JSON rewritten atomically (temporary file,
+fsync, rename) per row up to JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for fits,
+sections and the end. A stopped run keeps every row it finished; no reader sees a half-written JSON.
 """
 
 import csv
@@ -23,9 +22,8 @@ from commbench.collectives import REGISTRY  # descriptors only: importing it imp
 from commbench.errors import UsageError
 
 SCHEMA_VERSION = 1
-JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row
-JSON_INTERVAL_S = 1.0  # beyond, while rows arrive, at most this often
-JSON_COST_SHARE = 10  # ... and no more often than every 10 times what the last rewrite took
+JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row (each holds every row)
+JSON_INTERVAL_S = 1.0  # beyond, at most this often, and at most once per 10 times the last rewrite's time
 
 
 @dataclass
@@ -78,7 +76,9 @@ class Row:
     rank_mean_us: list[float] = field(default_factory=list)  # each rank's own mean; JSON only
     rank_skew_us: list[float] = field(default_factory=list)  # each rank's mean arrival skew; JSON only
     # Workload-pattern rows (commbench pattern ...); empty/None on sweep rows, so older files still load.
-    pattern: str = ""  # 'fsdp'
+    pattern: str = ""  # fsdp, tp, moe, pp, 3d
+    variant: str = ""  # what else tells the pattern's runs apart: fsdp2, fsdp1, sp, tp2-pp2-dp1, ...
+    parallel: str = ""  # the parallel dimension whose group the row's collectives ran in: tp, pp, dp, ep
     model: str = ""  # the model spec's name ('llama-7b/layers=2' when cut down)
     unit: str = ""  # the FSDP unit; '' for a whole step or the final flush
     phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute
@@ -88,6 +88,8 @@ class Row:
     calls_per_step: int | None = None  # collectives (or matmuls) per step in this row
     overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
     compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
+    imbalance: float | None = None  # moe: tokens on the busiest rank / the mean (1: balanced)
+    bubble_pct: float | None = None  # pp: a stage's step time not spent computing, percent
     benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
     root: int = -1  # root rank of a rooted collective, -1 for the others (nccl-tests' convention)
     # Provenance (docs/provenance.md); empty/None where not known, so older files still load.
@@ -100,8 +102,12 @@ class Row:
     pct_of_peak: float | None = None  # 100 x busbw / peak_gbps
     expected_gbps: float | None = None  # --expect: the baseline's busbw for this row
     verdict: str = ""  # --expect / --fail-below: PASS, WARN or FAIL; '' when not judged
-    # commbench fabric: one direction of a pair of ranks, or a node's all_reduce; and when, in a soak.
-    src_rank: int | None = None  # the sending rank (ping_pong: the one that sends first)
+    # Replay rows (commbench replay; see docs/replay.md); None/empty elsewhere, so older files still load.
+    ops: int | None = None  # operations of this row per replayed pass (every operation of a pass row)
+    group_name: str = ""  # the recorded group ('1:mesh_dp', '/j' for copy j) or 'p2p SRC->DST'
+    group_ranks: str = ""  # the group's ranks in this world, comma separated
+    recorded_us: float | None = None  # mean recorded time per operation, where the recording measured it
+    src_rank: int | None = None  # commbench fabric: the sending rank (ping_pong: the one that sends first)
     dst_rank: int | None = None  # the receiving rank
     host: str = ""  # the host an intra-node all_reduce row measured
     elapsed_s: float | None = None  # seconds from the start of the run (the soak) to this row
@@ -144,8 +150,8 @@ def default_placement(collective: str) -> str:
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
               "group_size", "group_layout", "placement",
-              "pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide",
-              "src_rank", "dst_rank", "host")
+              "pattern", "variant", "parallel", "model", "unit", "phase", "bucket_mb", "predivide",
+              "postdivide", "group_name", "src_rank", "dst_rank", "host")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
@@ -225,8 +231,7 @@ class ResultWriter:
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
-        values = asdict(row)
-        self._row_dicts.append(values)
+        self._row_dicts.append(values := asdict(row))
         self._csv.writerow({key: "" if value is None else value for key, value in values.items()})
         self._csv_file.flush()
         os.fsync(self._csv_file.fileno())
@@ -254,8 +259,7 @@ class ResultWriter:
         started = time.monotonic()
         write_json_atomic(self.json_path, {"schema": SCHEMA_VERSION, "meta": asdict(self.meta),
                                            "rows": self._row_dicts, "fits": self.fits, **self.sections})
-        now = time.monotonic()
-        self._json_due = now + max(JSON_INTERVAL_S, JSON_COST_SHARE * (now - started))
+        self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
 
 
 @dataclass

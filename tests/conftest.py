@@ -7,6 +7,7 @@
   in JSON-lines format; two tiny runs of six collectives; a tiny run of one other collective.
   Session-scoped: made once, only when a test asks for them; a test that asks for one is marked
   `processes` (RUN_FIXTURES).
+- Recordings of real torch programs and their replays (`recordings`, tests/replay_helpers.py).
 """
 
 import multiprocessing.process
@@ -18,6 +19,7 @@ import pytest
 
 from tests.dist_helpers import ROOT, commbench
 from tests.netns import netns_cluster  # noqa: F401 - the test-hosts fixture, for every test module
+from tests.replay_helpers import Recordings
 
 SWEEP = ROOT / "tests" / "data" / "two_benchmarks.yaml"
 ITERS = "30"  # overrides the file's 5 and 7: enough samples per row for the rank test
@@ -43,6 +45,12 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedRunFiles, S
         assert result.returncode == 0, result.stderr
         made.append(SavedRunFiles(json_path, csv_path, result.stdout, result.stderr))
     return made[0], made[1]
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    """Real programs' recordings and their replays (tests/replay_helpers.py), each made on first use."""
+    return Recordings(tmp_path_factory.mktemp("recordings"))
 
 
 SIX_COLLECTIVES = "all_reduce,all_gather_base,reduce_scatter_base,broadcast,all_to_all_single,reduce"
@@ -73,7 +81,7 @@ def reduce_scatter_run(tmp_path_factory: pytest.TempPathFactory) -> SavedRunFile
     return _tiny_run(where, "rs", "--collective", "reduce_scatter", "--sizes", "1K,4K")
 
 
-RUN_FIXTURES = {"two_runs", "six_collective_runs", "reduce_scatter_run"}
+RUN_FIXTURES = {"two_runs", "six_collective_runs", "reduce_scatter_run", "recordings"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -5,6 +5,7 @@ The flat reduce-scatter and all-gather moved names across releases (``_reduce_sc
 start-up, so the timed loop pays no lookup and no deprecation warning.
 """
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +25,10 @@ _REDUCE_OPS = {
     "max": "MAX",
     "prod": "PRODUCT",
 }
+
+
+# Newer torch takes a group description, which Flight Recorder and profiler traces name groups by.
+_NEW_GROUP_TAKES_DESC = "group_desc" in inspect.signature(dist.new_group).parameters
 
 
 def _first_present(*names: str) -> Callable | None:
@@ -140,13 +145,13 @@ class TorchDistBackend(Backend):
         return found
 
     # --- groups and coordination ----------------------------------------------------------------
-    def new_groups(self, members: list[list[int]]) -> Any:
-        mine = None
-        for ranks in members:
-            group = dist.new_group(list(ranks))  # every rank creates every group, in the same order
-            if self.rank in ranks:
-                mine = group
-        return mine
+    def new_group_handles(self, members: list[list[int]], descs: list[str] | None = None) -> list[Any]:
+        handles = []
+        for index, ranks in enumerate(members):
+            options = {"group_desc": descs[index]} if descs and _NEW_GROUP_TAKES_DESC else {}
+            group = dist.new_group(list(ranks), **options)  # every rank creates every group, in order
+            handles.append(group if self.rank in ranks else None)
+        return handles
 
     def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
         if self._coordinator is None:
