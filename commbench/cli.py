@@ -33,6 +33,7 @@ from commbench.config import (
     run_config,
 )
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
+from commbench.fabric.command import fabric_command
 from commbench.patterns.commands import pattern_group
 from commbench.sweepfile import load_sweep
 
@@ -272,8 +273,10 @@ def report(files: tuple[str, ...], output_path: str) -> None:
     report_command(list(files), output_path)
 
 
-# The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns; they share the launch options.
+# The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns, fabric's in fabric/command.py;
+# they share the launch options.
 cli.add_command(pattern_group(launch_options))
+cli.add_command(fabric_command(launch_options))
 
 
 @cli.command("env")

@@ -277,6 +277,9 @@ def compare_command(paths: list[str], fail_above: float | None, significance_lev
     if len(files) < 2:
         raise UsageError("compare needs at least two results files: BASE.json NEW.json [MORE.json ...]")
     runs = [load_run(path) for path in files]  # every file is read before anything is printed
+    from commbench.fabric.hooks import refuse_fabric_against_sweep
+
+    refuse_fabric_against_sweep(runs)
     out = Printer(markdown)
     slowdowns: list[str] = []
     mismatches: list[str] = []

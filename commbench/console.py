@@ -8,6 +8,7 @@ HTML. (The nccl-tests and JSON-lines console formats are in formats.py.)
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -22,6 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from commbench.fabric.matrices import KIND as FABRIC
 from commbench.fit import SeriesFit, fit_line
 from commbench.results import Row, RunMeta
 from commbench.sizes import format_size
@@ -217,6 +219,7 @@ class ConsoleReporter(ReporterBase):
         self.skew_threshold = skew_threshold
         self.hostnames: list[str] = []
         self.group_of: dict[int, int] = {}
+        self.run_config: dict[str, Any] = {}  # the run's meta.config (fabric concludes with its settings)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
 
@@ -244,6 +247,7 @@ class ConsoleReporter(ReporterBase):
 
     def header(self, meta: RunMeta) -> None:
         self.hostnames = list(meta.hostnames)
+        self.run_config = dict(meta.config)
         members = (meta.groups or {}).get("members", [])
         if len(members) > 1:
             self.group_of = {rank: index for index, ranks in enumerate(members) for rank in ranks}
@@ -257,6 +261,11 @@ class ConsoleReporter(ReporterBase):
 
     def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None:
         if not rows:
+            return
+        if rows[0].pattern == FABRIC:  # a fabric run's rows are its matrices and verdict
+            from commbench.fabric.tables import print_fabric_rows
+
+            print_fabric_rows(self.console, rows, self.hostnames, self.run_config)
             return
         if rows[0].pattern:  # a workload pattern's rows have tables of their own
             from commbench.patterns.tables import pattern_tables

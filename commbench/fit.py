@@ -117,8 +117,11 @@ def fit_frame(frame: "pandas.DataFrame") -> list[SeriesFit]:
     from commbench.frame import native
 
     fits = []
+    keys = ["benchmark", *SERIES_FIELDS]
     sized = frame[frame["size_bytes"] > 0]
-    for key, members in sized.groupby(["benchmark", *SERIES_FIELDS], sort=False, dropna=False):
+    # A series of one size has no fit: dropped at once (a fabric run has thousands, one per pair and way).
+    sized = sized[sized.groupby(keys, sort=False, dropna=False)["size_bytes"].transform("nunique") >= 2]
+    for key, members in sized.groupby(keys, sort=False, dropna=False):
         found = fit_hockney(members["size_bytes"].tolist(), members["time_us_p50"].tolist())
         if found is not None:
             series = {name: native(value) for name, value in zip(SERIES_FIELDS, key[1:], strict=True)}

@@ -299,7 +299,8 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
             recording.note(hardware_summary(hardware))
         members = [list(ranks) for ranks in plan.members]
         context = provenance.start_rows(backend, hostnames, members, recording)
-        session = Session(membership, stops.requested, skipped_size(info, environ), context)
+        session = Session(membership, stops.requested, skipped_size(info, environ), context,
+                          hostnames=tuple(hostnames))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True

@@ -3,7 +3,8 @@ to, and the null sink of the ranks that do not record.
 
 Rank 0 gets a recording output (recording.RecordingOutput: the files, then the console); every other
 rank gets ``NullOutput``. A producer calls ``plan`` once, ``working`` before each point, ``row`` as each
-row is measured, ``note`` for anything worth a line, and ``table_done`` with the rows of each table.
+row is measured, ``note`` for anything worth a line, ``table_done`` with the rows of each table, and
+``section`` for a named part of results.json beside the rows (fabric's matrices and suspects).
 """
 
 from typing import Protocol
@@ -25,6 +26,9 @@ class Output(Protocol):
     def table_done(self, rows: list[Row]) -> None:
         """The rows of one table (a collective, dtype, op and placement; a pattern's run) are all in."""
 
+    def section(self, name: str, payload: dict) -> None:
+        """Write ``payload`` as the part ``name`` of results.json, replacing an earlier one."""
+
 
 class NullOutput:
     """The ranks other than 0: measured rows go nowhere (rank 0 records them)."""
@@ -42,4 +46,7 @@ class NullOutput:
         pass
 
     def table_done(self, rows: list[Row]) -> None:
+        pass
+
+    def section(self, name: str, payload: dict) -> None:
         pass

@@ -234,7 +234,9 @@ def plot_command(paths: list[str], output: str, collectives: list[str] | None) -
                          f"{', '.join(IMAGE_SUFFIXES)}")
     require_matplotlib()
     runs = load_runs(paths)
-    figure = draw(runs, collectives)
+    from commbench.fabric.hooks import draw_fabric  # a fabric result draws its heatmaps
+
+    figure = draw_fabric(runs) or draw(runs, collectives)
     target.parent.mkdir(parents=True, exist_ok=True)
     save(figure, target)
     print(f"plot: {target}")

@@ -107,6 +107,9 @@ class Recording:
             self.writer.add_fits([fit.to_dict() for fit in fits])
         self.reporter.table_done(rows, fits)
 
+    def section(self, name: str, payload: dict) -> None:
+        self.writer.set_section(name, payload)
+
     def close_console(self) -> None:
         self.reporter.close()
 

@@ -169,7 +169,9 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
 def report_command(paths: list[str], output: str) -> None:
     runs = load_runs(paths)
     plots_missing = matplotlib_missing()
-    page = build_report(runs, plots_missing)
+    from commbench.fabric.hooks import fabric_report_page  # fabric results get their own page
+
+    page = fabric_report_page(runs, plots_missing) or build_report(runs, plots_missing)
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")

@@ -1,8 +1,8 @@
 """The result model (rows and run metadata) and its files.
 
-Rows are written as they are measured: the CSV is appended and flushed, the JSON rewritten atomically
-(temporary file, fsync, rename), so an interrupted or failed run keeps every row it finished and no
-reader ever sees a half-written JSON file.
+Rows are written as measured: the CSV synced per row, the JSON rewritten atomically (temporary file,
+fsync, rename) per row up to JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for fits,
+sections and the end. A stopped run keeps every row it finished; no reader sees a half-written JSON.
 """
 
 import csv
@@ -11,6 +11,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -21,6 +22,8 @@ from commbench.collectives import REGISTRY  # descriptors only: importing it imp
 from commbench.errors import UsageError
 
 SCHEMA_VERSION = 1
+JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row (each holds every row)
+JSON_INTERVAL_S = 1.0  # beyond, at most this often, and at most once per 10 times the last rewrite's time
 
 
 @dataclass
@@ -104,6 +107,11 @@ class Row:
     group_name: str = ""  # the recorded group ('1:mesh_dp', '/j' for copy j) or 'p2p SRC->DST'
     group_ranks: str = ""  # the group's ranks in this world, comma separated
     recorded_us: float | None = None  # mean recorded time per operation, where the recording measured it
+    src_rank: int | None = None  # commbench fabric: the sending rank (ping_pong: the one that sends first)
+    dst_rank: int | None = None  # the receiving rank
+    host: str = ""  # the host an intra-node all_reduce row measured
+    elapsed_s: float | None = None  # seconds from the start of the run (the soak) to this row
+    repeat: int = 0  # the soak's pass that measured the row, from 0
 
     def __post_init__(self) -> None:
         if not self.group_size:
@@ -143,7 +151,7 @@ def default_placement(collective: str) -> str:
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
               "group_size", "group_layout", "placement",
               "pattern", "variant", "parallel", "model", "unit", "phase", "bucket_mb", "predivide",
-              "postdivide", "group_name")
+              "postdivide", "group_name", "src_rank", "dst_rank", "host")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
 # Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
@@ -211,6 +219,9 @@ class ResultWriter:
         self.json_path = json_path
         self.rows: list[Row] = []
         self.fits: list[dict[str, Any]] = []
+        self.sections: dict[str, Any] = {}  # named parts beside the rows (fabric's matrices, suspects)
+        self._row_dicts: list[dict[str, Any]] = []  # each row's JSON form, made once
+        self._json_due = 0.0  # time.monotonic() after which a new row rewrites the JSON
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
         self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
@@ -220,15 +231,21 @@ class ResultWriter:
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
-        values = asdict(row)
+        self._row_dicts.append(values := asdict(row))
         self._csv.writerow({key: "" if value is None else value for key, value in values.items()})
         self._csv_file.flush()
         os.fsync(self._csv_file.fileno())
-        self._write_json()
+        if len(self.rows) <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
+            self._write_json()
 
     def add_fits(self, fits: list[dict[str, Any]]) -> None:
         """The α-β fits of a group of rows that just finished."""
         self.fits.extend(fits)
+        self._write_json()
+
+    def set_section(self, name: str, payload: dict[str, Any]) -> None:
+        """Write ``payload`` as the top-level key ``name`` of the JSON, replacing an earlier one."""
+        self.sections[name] = payload
         self._write_json()
 
     def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
@@ -239,12 +256,10 @@ class ResultWriter:
         self._csv_file.close()
 
     def _write_json(self) -> None:
-        write_json_atomic(self.json_path, {
-            "schema": SCHEMA_VERSION,
-            "meta": asdict(self.meta),
-            "rows": [asdict(row) for row in self.rows],
-            "fits": self.fits,
-        })
+        started = time.monotonic()
+        write_json_atomic(self.json_path, {"schema": SCHEMA_VERSION, "meta": asdict(self.meta),
+                                           "rows": self._row_dicts, "fits": self.fits, **self.sections})
+        self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
 
 
 @dataclass

@@ -44,13 +44,14 @@ def _no_stop() -> int:
 @dataclass(frozen=True)
 class Session:
     """What launch sets up once for a rank besides the backend: the sub-communicator it measures in,
-    the stop requests (signals) that every rank agrees on between sizes, and (tests only) a size this
-    rank leaves out of its sweeps, as a rank whose sweep diverged would."""
+    the stop requests (signals) that every rank agrees on between sizes, every rank's host name, and
+    (tests only) a size this rank leaves out of its sweeps, as a rank whose sweep diverged would."""
 
     membership: Membership
     stop_requested: Callable[[], int] = _no_stop
     skipped_size: int | None = None
     row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
+    hostnames: tuple[str, ...] = ()  # by rank (fabric groups ranks by host)
 
     @classmethod
     def world(cls, backend: Backend) -> "Session":

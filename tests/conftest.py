@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.dist_helpers import ROOT, commbench
+from tests.netns import netns_cluster  # noqa: F401 - the test-hosts fixture, for every test module
 from tests.replay_helpers import Recordings
 
 SWEEP = ROOT / "tests" / "data" / "two_benchmarks.yaml"

@@ -43,6 +43,22 @@ def test_each_row_is_on_disk_before_the_next(tmp_path):
     assert first["algbw_gbps"] == "" and "samples_us" not in first
 
 
+def test_a_long_run_keeps_every_row_in_the_csv_and_all_of_them_in_the_json_at_the_end(tmp_path):
+    from commbench.results import JSON_EVERY_ROW_UP_TO
+
+    writer = ResultWriter(_meta(), tmp_path / "r.csv", tmp_path / "r.json")
+    count = JSON_EVERY_ROW_UP_TO + 40
+    for index in range(count):
+        writer.add(_row(1024 * (index + 1)))
+    with open(tmp_path / "r.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == count  # the CSV: every row, at once
+    in_json = len(json.loads((tmp_path / "r.json").read_text())["rows"])
+    assert JSON_EVERY_ROW_UP_TO <= in_json <= count  # the JSON: whole, possibly a moment behind
+    writer.finish("complete", "t1")
+    saved = [row.size_bytes for row in load_run(tmp_path / "r.json").rows]
+    assert saved == [1024 * (index + 1) for index in range(count)]
+
+
 def test_load_run_rejects_other_files(tmp_path):
     from commbench.errors import UsageError
 

@@ -1,0 +1,97 @@
+"""`commbench fabric`'s configuration, and what can be checked of it before measuring.
+
+FabricConfig nests the LaunchConfig every benchmark has (config.py) and is a config.Benchmark:
+resolve_fabric checks what needs no world (values, combinations, and the launch settings through
+resolve_launch) before anything starts; check_world what needs the world size (launch calls it before
+spawning and on every rank), and memory_problem whether a rank's buffers fit. Each problem is one
+UsageError (exit status 2).
+"""
+
+from dataclasses import dataclass, field, replace
+
+from commbench.config import LaunchConfig, check_count, resolve_launch
+from commbench.errors import UsageError
+from commbench.fabric.matrices import KIND
+from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
+from commbench.fabric.schedule import check_sample
+from commbench.sizes import format_size
+
+DEFAULT_SIZE = 64 * 2**20
+DEFAULT_LATENCY_SIZE = 8
+
+
+@dataclass(kw_only=True)
+class FabricConfig:
+    """One `commbench fabric` run."""
+
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    size: int = DEFAULT_SIZE  # bytes per message of the bandwidth measurement
+    latency_size: int = DEFAULT_LATENCY_SIZE  # bytes per message of the ping-pong
+    iters: int = 10  # timed messages per direction and measurement
+    warmup: int = 2
+    serial: bool = False  # one pair at a time instead of a round's pairs at once
+    sample: int | None = None  # --sample K: K peers per rank instead of every pair
+    duration_s: float | None = None  # soak: repeat passes until this many seconds have passed
+    passes: int | None = None  # soak: at most this many passes (alone: exactly this many)
+    slow_factor: float = DEFAULT_SLOW_FACTOR  # the outlier rule's minimum gap (see outliers.py)
+    fail_on_outlier: bool = False
+    kind: str = KIND
+
+    def check_world(self, world_size: int) -> None:
+        """What the world size decides: a pair needs two ranks, and --sample K needs K peers."""
+        if world_size < 2:
+            raise UsageError(f"fabric measures pairs of ranks: a world of {world_size} rank has none "
+                             "(--nproc 2 or more, or launch more ranks)")
+        if self.sample is not None:
+            check_sample(self.sample, world_size)
+
+
+def resolve_fabric(config: FabricConfig) -> FabricConfig:
+    """A validated copy with backend and device filled in; UsageError on the first problem."""
+    for flag, value, minimum in (("--size", config.size, 1), ("--latency-size", config.latency_size, 1),
+                                 ("--iters", config.iters, 1), ("--warmup", config.warmup, 0)):
+        check_count(flag, value, minimum)
+    if config.passes is not None:
+        check_count("--repeat", config.passes, minimum=1)
+    if config.sample is not None:
+        check_count("--sample", config.sample, minimum=1)
+    if not config.slow_factor > 1:
+        raise UsageError(f"--slow-factor {config.slow_factor:g} must be above 1 (2: half the median "
+                         "bandwidth or twice the median latency)")
+    return replace(config, launch=resolve_launch(config.launch))
+
+
+def buffer_bytes(config: FabricConfig) -> int:
+    """Bytes a rank allocates: a send and a receive buffer for each of the two message sizes."""
+    return 2 * (config.size + config.latency_size)
+
+
+def available_host_bytes() -> int | None:
+    """The memory the kernel says new allocations can get (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_problem(config: FabricConfig, ranks_sharing: int, available: int | None) -> str | None:
+    """Why ``ranks_sharing`` ranks' buffers do not fit in ``available`` bytes, or None when they do."""
+    needed = buffer_bytes(config) * ranks_sharing
+    if available is None or needed <= available:
+        return None
+    who = "a rank" if ranks_sharing == 1 else f"{ranks_sharing} ranks"
+    return (f"--size {format_size(config.size)} does not fit in memory: {who} need "
+            f"{approximate_size(needed)} of buffers (a send and a receive buffer each) and "
+            f"{approximate_size(available)} is free")
+
+
+def approximate_size(num_bytes: int) -> str:
+    """'12.3 GiB', '640.0 MiB', '512 B': for messages about memory."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"

@@ -1,0 +1,262 @@
+"""The outlier rule, and who is to blame.
+
+The rule, for a value v against a set of its peers, on a log scale (bandwidths and latencies vary by
+factors, not by amounts): with m the peers' median and s = 1.4826 x the median of |ln(p / m)| over the
+peers p (their MAD of logarithms, scaled to a normal distribution's standard deviation), v is an
+outlier when |ln(v / m)| >= max(4 s, ln F), on the slow side (a bandwidth below m, a latency above).
+F is --slow-factor (2 by default), the minimum relative gap: on a quiet cluster, where the MAD is tiny,
+a value a few percent off the median names nobody, and nothing within F x of the median is ever named.
+Fewer than 3 peers are not judged.
+
+Blame goes from the widest cause to the narrowest, per metric (bandwidth, then latency), and a value is
+only ever judged against peers that nothing named so far explains:
+1. Hosts (3 or more): a host's score is the median of its inter-node measurements (both directions of
+   every pair between one of its ranks and a rank elsewhere); a host whose score is slow against the
+   other hosts' scores is named. So is a host whose intra-node all_reduce bus bandwidth is slow against
+   the other hosts'. Scoring hosts before pairs keeps one bad host from hiding: its pairs can be 40%
+   of all inter-node pairs (2 of 5 hosts in every pair it is in), too many for a median of pairs.
+2. Ranks on hosts not named: a rank's score in a class (intra-node, inter-node) is the median of its
+   measurements in that class, judged against the scores of the other ranks not on named hosts.
+   A host (rank) is scored only when its measurements reach 2 other hosts (ranks) or more: with one,
+   a slow pair blames the link between the two as much as either end (two ranks per host: their one
+   intra-node pair is a link, not a rank).
+3. Pairs: each directed measurement (a -> b) is judged against the measurements of its class that
+   touch no named host or rank; a slow one that touches none either names its link.
+With 2 hosts every inter-node pair touches both, so no host can be told from the other: their pairs
+name the link between them. The drain list is the hosts named and the hosts of the ranks named.
+"""
+
+import math
+import statistics
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from commbench.fabric.matrices import INTER, INTRA, NodeResult, pair_class
+from commbench.groups import ranks_by_host
+
+DEFAULT_SLOW_FACTOR = 2.0  # --slow-factor: the minimum relative gap
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 MADs
+SIGMAS = 4.0  # how far from the median, in scaled MADs, an outlier must be
+MIN_JUDGED = 3  # fewer peers than this: nothing is judged
+MIN_COUNTERPARTS = 2  # a host or rank is scored only on measurements with at least this many others
+Values = dict[tuple[int, int], float]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # bandwidth or latency
+    unit: str
+    higher_is_better: bool
+    digits: int
+
+
+BANDWIDTH = Metric("bandwidth", "GB/s", True, 3)
+LATENCY = Metric("latency", "µs", False, 1)
+
+
+def _log(value: float) -> float:
+    return math.log(max(value, 1e-30))  # a bandwidth of 0 is as slow as can be, not an error
+
+
+def robust_spread(values: list[float]) -> tuple[float, float]:
+    """(median, 1.4826 x the median of |ln(value / median)|): the centre and spread of the rule."""
+    median = statistics.median(values)
+    return median, MAD_TO_SIGMA * statistics.median(abs(_log(value) - _log(median)) for value in values)
+
+
+def is_slow(value: float, median: float, log_sigma: float, metric: Metric, factor: float) -> bool:
+    """The rule of the module docstring for one value against its peers' median and log spread."""
+    distance = _log(value) - _log(median)
+    if metric.higher_is_better:
+        distance = -distance
+    return distance >= max(SIGMAS * log_sigma, math.log(factor)) - 1e-12  # exactly F x off counts
+
+
+def relative(value: float, median: float) -> float:
+    """How many times the median a value is (bandwidth 0.2: a fifth; latency 4: four times)."""
+    return value / median if median > 0 else 1.0
+
+
+def as_bandwidth(ratio: float, metric: Metric) -> float:
+    """A ratio on one scale, lower worse: latency's is inverted."""
+    return ratio if metric.higher_is_better else 1.0 / ratio if ratio > 0 else 1.0
+
+
+def outlying(scores: dict[Hashable, float], metric: Metric, factor: float) -> dict[Hashable, float]:
+    """The keys whose score is slow against all the scores, each with the scores' median."""
+    if len(scores) < MIN_JUDGED:
+        return {}
+    median, sigma = robust_spread(list(scores.values()))
+    return {key: median for key, value in scores.items() if is_slow(value, median, sigma, metric, factor)}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One directed measurement against the unexplained measurements of its class."""
+
+    src: int
+    dst: int
+    metric: Metric
+    value: float
+    median: float
+    pair_class: str
+    slow: bool
+
+    @property
+    def ratio(self) -> float:
+        return relative(self.value, self.median)
+
+
+def judge(values: Values, hostnames: list[str], metric: Metric, factor: float, explained: set[int]
+          ) -> list[Judged]:
+    """Every measurement judged against those of its class that touch no rank in ``explained``."""
+    judged = []
+    for name in (INTRA, INTER):
+        members = sorted((pair, value) for pair, value in values.items()
+                         if pair_class(hostnames, *pair) == name)
+        peers = [value for pair, value in members if not explained.intersection(pair)]
+        if not members:
+            continue
+        median, sigma = robust_spread(peers or [value for _, value in members])
+        for (src, dst), value in members:
+            # what a named host or rank explains is already blamed: any unexplained peer is reference enough
+            enough = len(peers) >= (1 if explained.intersection((src, dst)) else MIN_JUDGED)
+            slow = enough and is_slow(value, median, sigma, metric, factor)
+            judged.append(Judged(src, dst, metric, value, median, name, slow))
+    return judged
+
+
+@dataclass
+class Suspect:
+    """A host, rank or link named as a likely cause, with the sentences that say why."""
+
+    kind: str  # host, rank or link
+    name: str
+    hosts: list[str]
+    ranks: list[int]
+    score: float  # the worst ratio to the reference, on the bandwidth scale (lower is worse)
+    evidence: list[str] = field(default_factory=list)
+    single: bool = False  # all its evidence is one measurement (a link, or a host's one all_reduce)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "hosts": self.hosts, "ranks": self.ranks,
+                "score": round(self.score, 4), "evidence": self.evidence, "single_measurement": self.single}
+
+
+def _add(suspects: dict[str, Suspect], suspect: Suspect, sentence: str) -> None:
+    known = suspects.setdefault(suspect.name, suspect)
+    known.evidence.append(sentence)
+    known.score = min(known.score, suspect.score)
+    known.single = known.single and suspect.single
+
+
+def _sentence(owner: str, mine: list[Judged], reference: float, peers: str) -> tuple[str, float]:
+    """'host h3: its 8 inter-node transfers at a median 0.026 GB/s, 0.10x the median of the other
+    hosts (0.270 GB/s); 8 of 8 are outliers on their own' and the ratio."""
+    metric = mine[0].metric
+    score = statistics.median(item.value for item in mine)
+    ratio = relative(score, reference)
+    noun = "transfers" if metric.higher_is_better else "ping-pongs"
+    slow = sum(item.slow for item in mine)
+    return (f"{owner}: its {len(mine)} {mine[0].pair_class} {noun} at a median {score:.{metric.digits}f} "
+            f"{metric.unit}, {ratio:.2f}x the median of {peers} ({reference:.{metric.digits}f} "
+            f"{metric.unit}); {slow} of {len(mine)} are outliers on their own", as_bandwidth(ratio, metric))
+
+
+def _touching(judged: list[Judged], ranks: set[int], pair_class_name: str) -> list[Judged]:
+    return [item for item in judged if item.pair_class == pair_class_name and ranks.intersection((item.src,
+                                                                                                 item.dst))]
+
+
+def _class_scores(values: Values, hostnames: list[str], name: str, owner_of: Callable[[int], Hashable]
+                  ) -> dict[Hashable, float]:
+    """Each owner's median over its measurements of class ``name`` (``owner_of`` maps a rank to its
+    owner: its host, or itself, or None for none), for the owners whose measurements reach
+    MIN_COUNTERPARTS others (other hosts for a host, peers for a rank): with one, the measurements
+    would blame the link to it as much as the owner. One pass over the measurements."""
+    mine: dict[Hashable, list[float]] = {}
+    others: dict[Hashable, set[Hashable]] = {}
+    for (src, dst), value in values.items():
+        if pair_class(hostnames, src, dst) != name:
+            continue
+        for rank, other in ((src, dst), (dst, src)):
+            owner = owner_of(rank)
+            if owner is not None:
+                mine.setdefault(owner, []).append(value)
+                others.setdefault(owner, set()).add(hostnames[other] if owner == hostnames[rank] else other)
+    return {owner: statistics.median(found) for owner, found in mine.items()
+            if len(others[owner]) >= MIN_COUNTERPARTS}
+
+
+def blame_metric(values: Values, hostnames: list[str], metric: Metric, factor: float,
+                 suspects: dict[str, Suspect]) -> list[Judged]:
+    """Steps 1 to 3 of the module docstring for one metric; the judged measurements."""
+    hosts = {host: set(ranks) for host, ranks in ranks_by_host(hostnames).items()}
+    named_hosts = outlying(_class_scores(values, hostnames, INTER, hostnames.__getitem__), metric, factor)
+    explained = {rank for suspect in suspects.values() if suspect.kind in ("host", "rank")
+                 for rank in suspect.ranks}
+    explained |= {rank for host in named_hosts for rank in hosts[host]}
+    named_ranks: dict[tuple[int, str], float] = {}
+    for name in (INTRA, INTER):
+        scores = _class_scores(values, hostnames, name, lambda rank: None if rank in explained else rank)
+        for rank, median in outlying(scores, metric, factor).items():
+            named_ranks[(rank, name)] = median
+    explained |= {rank for rank, _ in named_ranks}
+    judged = judge(values, hostnames, metric, factor, explained)
+    for host, reference in named_hosts.items():
+        sentence, score = _sentence(f"host {host}", _touching(judged, hosts[host], INTER), reference,
+                                    "the other hosts")
+        _add(suspects, Suspect("host", host, [host], sorted(hosts[host]), score), sentence)
+    for (rank, name), reference in named_ranks.items():
+        owner = f"rank {rank} ({hostnames[rank]})"
+        sentence, score = _sentence(owner, _touching(judged, {rank}, name), reference, "the other ranks")
+        _add(suspects, Suspect("rank", owner, [hostnames[rank]], [rank], score), sentence)
+    for item in judged:
+        if item.slow and not explained.intersection((item.src, item.dst)):
+            _blame_link(item, hostnames, suspects)
+    return judged
+
+
+def _blame_link(item: Judged, hostnames: list[str], suspects: dict[str, Suspect]) -> None:
+    low, high = sorted((item.src, item.dst))
+    metric = item.metric
+    sentence = (f"{item.src}->{item.dst} {metric.name} {item.value:.{metric.digits}f} {metric.unit}, "
+                f"{item.ratio:.2f}x the {item.pair_class} median ({item.median:.{metric.digits}f})")
+    suspect = Suspect("link", f"{low}-{high} ({hostnames[low]}-{hostnames[high]})",
+                      sorted({hostnames[low], hostnames[high]}), [low, high],
+                      as_bandwidth(item.ratio, metric), single=True)
+    _add(suspects, suspect, sentence)
+
+
+def blame_node_all_reduce(nodes: list[NodeResult], factor: float, hostnames: list[str],
+                          suspects: dict[str, Suspect]) -> None:
+    """A host whose intra-node all_reduce is slow against the other hosts'."""
+    intra = {node.host: node.busbw_gbps for node in nodes
+             if node.layout == INTRA and node.busbw_gbps is not None}
+    for host, median in outlying(intra, BANDWIDTH, factor).items():
+        ratio = relative(intra[host], median)
+        sentence = (f"host {host}: its intra-node all_reduce at {intra[host]:.3f} GB/s bus bandwidth, "
+                    f"{ratio:.2f}x the median of {len(intra)} hosts ({median:.3f} GB/s)")
+        ranks = ranks_by_host(hostnames).get(str(host), [])
+        _add(suspects, Suspect("host", str(host), [str(host)], list(ranks), ratio, single=True), sentence)
+
+
+KIND_ORDER = ("host", "rank", "link")
+
+
+def find_suspects(values_by_metric: dict[str, Values], hostnames: list[str], nodes: list[NodeResult],
+                  factor: float) -> tuple[list[Suspect], list[Judged]]:
+    """The suspects (hosts, ranks, links; the worst first within each) and every judged measurement."""
+    suspects: dict[str, Suspect] = {}
+    blame_node_all_reduce(nodes, factor, hostnames, suspects)
+    judged: list[Judged] = []
+    for metric in (BANDWIDTH, LATENCY):
+        judged += blame_metric(values_by_metric.get(metric.name, {}), hostnames, metric, factor, suspects)
+    ordered = sorted(suspects.values(), key=lambda suspect: (KIND_ORDER.index(suspect.kind), suspect.score))
+    return ordered, judged
+
+
+def drain_list(suspects: list[Suspect]) -> list[str]:
+    """The hosts to take out of service: those named, and those of the ranks named."""
+    return list(dict.fromkeys(host for suspect in suspects if suspect.kind in ("host", "rank")
+                              for host in suspect.hosts))

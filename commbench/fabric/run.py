@@ -1,0 +1,135 @@
+"""`commbench fabric` on the ranks: set up once, measure pass after pass, conclude, and exit accordingly.
+
+Every rank measures, gathers every other rank's times and draws the same conclusions from the same
+rows, so each knows the exit status; rank 0's output alone records. The `fabric` part of results.json
+is rewritten after every pass, so an interrupted soak leaves the analysis of the passes it finished;
+once every row is in, the run is one table (Output.table_done), which the console shows as the
+matrices and the verdict (fabric.tables; an interrupted run shows those of the rows so far).
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+from commbench.backends.base import Backend
+from commbench.errors import UsageError
+from commbench.fabric.analysis import FabricAnalysis, analyse
+from commbench.fabric.config import KIND, FabricConfig, available_host_bytes, memory_problem
+from commbench.fabric.measure import (
+    FabricContext,
+    allocate_buffers,
+    measure_nodes,
+    measure_rounds,
+    node_groups,
+)
+from commbench.fabric.schedule import make_schedule, pack_rounds
+from commbench.output import Output
+from commbench.results import Row
+from commbench.runner import Session
+from commbench.sizes import format_size
+from commbench.soak import repeat_until
+
+
+@dataclass
+class Outcome:
+    """What this rank concluded: the suspects' names (the launch glue turns them into an exit status)."""
+
+    suspects: list[str] = field(default_factory=list)
+
+
+def _summary(ctx: FabricContext) -> str:
+    config, hosts = ctx.config, len(set(ctx.hostnames))
+    limits = [f"{config.duration_s:g} s"] if config.duration_s else []
+    limits += [f"{config.passes} passes"] if config.passes else []
+    soak = f"; soak: {' or '.join(limits)}, whichever comes first" if limits else ""
+    return (f"fabric: {ctx.schedule.describe(config.serial)} on {hosts} host{'s' if hosts > 1 else ''}; "
+            f"bandwidth at {format_size(config.size)}, latency at {format_size(config.latency_size)}, "
+            f"{config.warmup} warm-up and {config.iters} timed messages per direction{soak}")
+
+
+def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, session: Session,
+               outcome: Outcome | None = None) -> list[Row]:
+    """The work launch runs on every rank (commbench.launch.Work); every row, stamped."""
+    (config,) = configs
+    hostnames = list(session.hostnames)
+    buffers = allocate_buffers(backend, config, hostnames)
+    schedule = make_schedule(hostnames, config.sample)
+    ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
+                        session, _latency_alone(backend, config, hostnames))
+    output.note(_summary(ctx))
+    if ctx.latency_alone and not config.serial:
+        output.note("a host has more ranks than cores: ping-pongs run one pair at a time, since concurrent "
+                    "ones would time the wait for a core (bandwidth is still measured a round at a time)")
+    if config.duration_s is None and config.passes is None:
+        output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
+
+    def publish(rows: list[Row]) -> None:
+        if backend.rank == 0:
+            output.section(KIND, analyse(rows, hostnames, config.slow_factor).to_dict())
+
+    rows = repeat_until(config.duration_s, partial(fabric_pass, ctx), output, backend, after_pass=publish,
+                        passes=config.passes)
+    output.table_done(rows)
+    analysis = analyse(rows, hostnames, config.slow_factor)
+    if outcome is not None:
+        outcome.suspects = [suspect.name for suspect in analysis.suspects]
+    if backend.rank == 0:
+        _fail_on_outlier_line(config, analysis)
+    return rows
+
+
+def _latency_alone(backend: Backend, config: FabricConfig, hostnames: list[str]) -> bool:
+    """Whether any host runs more CPU ranks than it has cores (every rank gets the same answer)."""
+    if backend.device.type != "cpu" or config.serial:
+        return False
+    crowded = hostnames.count(hostnames[backend.rank]) > (os.cpu_count() or 1)
+    return any(backend.all_gather_object(crowded))
+
+
+RECHECK = "recheck"
+
+
+def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
+    """One pass: the schedule's rounds and the node all_reduces; then, once more, what a suspect rests
+    on when that is a single measurement (a slow link no host or rank explains, or a host's one
+    intra-node all_reduce), since one measurement can be disturbed by anything else on the machine.
+    Every rank draws the same conclusions from the same rows, so all agree on the recheck."""
+    rows = measure_rounds(ctx, ctx.schedule.rounds, output, ctx.phase)
+    rows += measure_nodes(ctx, output, ctx.phase)
+    analysis = analyse(rows, ctx.hostnames, ctx.config.slow_factor)
+    pairs = analysis.recheck_pairs()
+    if pairs:
+        output.note(f"rechecking {len(pairs)} pair{'s' if len(pairs) > 1 else ''} that one measurement found "
+                    f"slow: {', '.join(f'{low}-{high}' for low, high in pairs)}")
+        rows += measure_rounds(ctx, pack_rounds(pairs), output, RECHECK)
+    if analysis.recheck_nodes():
+        output.note("rechecking the node all_reduces: one of them named a host")
+        rows += measure_nodes(ctx, output, RECHECK)
+    return rows
+
+
+def _fail_on_outlier_line(config: FabricConfig, analysis: FabricAnalysis) -> None:
+    if config.fail_on_outlier and analysis.suspects:
+        names = ", ".join(suspect.name for suspect in analysis.suspects)
+        count = len(analysis.suspects)
+        print(f"commbench: fabric: {count} suspect{'s' if count > 1 else ''} (--fail-on-outlier): {names}",
+              file=sys.stderr)
+
+
+def launch_fabric(config: FabricConfig, environ: Mapping[str, str] | None = None) -> int:
+    """The launch glue, the one place fabric meets commbench.launch: refuse buffers that cannot fit
+    before spawning local ranks (launch checks the world), run run_fabric on the ranks (spawned, or
+    this one of a launched job), and exit 1 when --fail-on-outlier is set and the ranks named suspects."""
+    from commbench import launch
+
+    environ = os.environ if environ is None else environ
+    setup = config.launch
+    if launch.detect(environ, setup.backend) is None and setup.device == "cpu":
+        problem = memory_problem(config, setup.nproc, available_host_bytes())  # they share this host
+        if problem is not None:
+            raise UsageError(problem)
+    outcome = Outcome()
+    status = launch.launch([config], partial(run_fabric, outcome=outcome), environ)
+    return 1 if status == 0 and config.fail_on_outlier and outcome.suspects else status

@@ -1,0 +1,229 @@
+"""`commbench fabric` through the real CLI on local ranks: the matrix and verdict on the console, the
+JSON's matrix, rows (with every row's statistics) and suspects, --serial and --sample, a soak (finished
+and interrupted), plot, report and compare on its result, and bad input."""
+
+import json
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from commbench.fabric.analysis import analyse
+from commbench.fabric.hooks import draw_fabric, fabric_report_page
+from commbench.results import load_run
+from commbench.spawn import free_port
+from commbench.stats import MIN_SAMPLES_FOR_CI
+from tests.dist_helpers import commbench, torchrun
+from tests.process_helpers import csv_rows, start_commbench, wait_for_rows
+
+pytestmark = pytest.mark.processes
+
+
+@dataclass
+class FabricRun:
+    json: Path
+    csv: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def payload(self) -> dict:
+        return json.loads(self.json.read_text())
+
+
+def _fabric(where: Path, *args: str) -> FabricRun:
+    json_path, csv_path = where / "fabric.json", where / "fabric.csv"
+    result = commbench("fabric", *args, "--json", str(json_path), "--csv", str(csv_path), "--timeout", "60")
+    return FabricRun(json_path, csv_path, result.returncode, result.stdout, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> FabricRun:
+    run = _fabric(tmp_path_factory.mktemp("four"), "--nproc", "4", "--size", "256K", "--iters", "5")
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+def test_four_local_ranks_print_both_matrices_and_a_verdict(four_ranks):
+    out = four_ranks.stdout
+    assert "world size 4" in out
+    assert "6 pairs of 4 ranks in 3 rounds (circle schedule)" in " ".join(out.split())
+    for title in ("bandwidth GB/s, 256 KiB messages", "latency µs, half a 8 B round trip"):
+        assert title in out
+    assert "all_reduce within each node" in out
+    assert out.count("verdict: ") == 1 and out.index("verdict: ") > out.index("latency µs")
+
+
+def test_the_json_holds_the_matrices_every_pair_both_ways_and_the_suspects(four_ranks):
+    payload = four_ranks.payload()
+    fabric = payload["fabric"]
+    matrix = fabric["bandwidth_gbps"]
+    assert len(matrix) == 4 and all(len(line) == 4 for line in matrix)
+    for src in range(4):
+        for dst in range(4):
+            assert (matrix[src][dst] is None) == (src == dst)
+            assert src == dst or matrix[src][dst] > 0 and fabric["latency_us"][src][dst] > 0
+    assert isinstance(fabric["suspects"], list) and isinstance(fabric["drain"], list)
+    assert fabric["verdict"][0].startswith("verdict: ")
+    rows = payload["rows"]
+    first_time = [row for row in rows if row["phase"] != "recheck"]  # a noisy machine may recheck a pair
+    for collective in ("p2p_uni", "ping_pong"):
+        directions = sorted((row["src_rank"], row["dst_rank"]) for row in first_time
+                            if row["collective"] == collective)
+        assert directions == [(a, b) for a in range(4) for b in range(4) if a != b]
+    assert [row["group_layout"] for row in rows if row["collective"] == "all_reduce"] == ["intra-node"]
+    assert all(row["pattern"] == "fabric" and row["repeat"] == 0 and row["elapsed_s"] is not None
+               for row in rows)
+    assert len(csv_rows(four_ranks.csv)) == len(rows)
+
+
+def test_fabric_rows_carry_the_statistics_every_row_has(four_ranks):
+    rows = four_ranks.payload()["rows"]
+    for row in rows:
+        samples = row["samples_us"]
+        assert row["samples"] == len(samples) == row["iters"] and row["time_us_p99"] is not None
+        assert row["time_us_min"] <= row["time_us_p50"] <= row["time_us_max"]
+        assert (row["ci95_rel"] is None) == (len(samples) < MIN_SAMPLES_FOR_CI)
+        # a sample is the slower of the measuring ranks' times: never below any one rank's mean
+        assert sum(samples) / len(samples) >= max(row["rank_mean_us"]) - 1e-3
+    pairs = [row for row in rows if row["collective"] in ("p2p_uni", "ping_pong")]
+    assert all(len(row["rank_mean_us"]) == 2 and row["busbw_gbps"] == row["algbw_gbps"] for row in pairs)
+    (node,) = [row for row in rows if row["collective"] == "all_reduce"]
+    assert len(node["rank_mean_us"]) == 4 and node["busbw_factor"] == 1.5  # 2(n-1)/n at 4 ranks
+
+
+def test_the_saved_verdict_is_what_the_saved_rows_say(four_ranks):
+    run = load_run(four_ranks.json)
+    analysis = analyse(run.rows, run.meta["hostnames"], run.meta["config"]["slow_factor"])
+    assert analysis.to_dict()["verdict"] == four_ranks.payload()["fabric"]["verdict"]
+    assert analysis.matrices.bandwidth_gbps == four_ranks.payload()["fabric"]["bandwidth_gbps"]
+
+
+def test_plot_draws_the_heatmaps_of_a_fabric_result(four_ranks, tmp_path):
+    image = tmp_path / "fabric.png"
+    result = commbench("plot", str(four_ranks.json), "--output", str(image))
+    assert result.returncode == 0, result.stderr
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_shows_the_heatmaps_tables_and_verdict(four_ranks, tmp_path):
+    page = tmp_path / "fabric.html"
+    result = commbench("report", str(four_ranks.json), "--output", str(page))
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    assert "commbench fabric report" in html and "data:image/png;base64," in html
+    assert "verdict: " in html and "bandwidth GB/s" in html
+
+
+def test_report_without_matplotlib_keeps_the_tables_and_verdict_and_says_why(four_ranks):
+    page = fabric_report_page([load_run(four_ranks.json)], "plots need matplotlib, which is not installed")
+    assert "No heatmaps: plots need matplotlib" in page and "data:image/png" not in page
+    assert "verdict: " in page and "bandwidth GB/s" in page
+
+
+def test_compare_refuses_a_fabric_result_against_a_sweep(four_ranks, two_runs, tmp_path):
+    result = commbench("compare", str(two_runs[0].json), str(four_ranks.json))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "is a fabric result" in result.stderr
+    again = tmp_path / "again.json"  # compare reads each file once: the same result under another name
+    again.write_text(four_ranks.json.read_text())
+    same = commbench("compare", str(four_ranks.json), str(again))
+    assert same.returncode == 0, same.stderr
+
+
+def test_serial_sampled_rounds_measure_k_peers_per_rank(tmp_path):
+    run = _fabric(tmp_path, "--nproc", "4", "--serial", "--sample", "2", "--size", "64K", "--iters", "3")
+    assert run.returncode == 0, run.stderr
+    assert "4 pairs of 4 ranks in 2 rounds sampled (--sample 2), one pair at a time (--serial)" in \
+        " ".join(run.stdout.split())
+    rows = [row for row in run.payload()["rows"]
+            if row["collective"] == "p2p_uni" and row["phase"] != "recheck"]
+    assert len(rows) == 8 and {row["phase"] for row in rows} == {"serial"}
+    peers = {rank: {row["dst_rank"] for row in rows if row["src_rank"] == rank} for rank in range(4)}
+    assert all(len(found) == 2 for found in peers.values())
+    matrix = run.payload()["fabric"]["bandwidth_gbps"]
+    assert sum(value is None for line in matrix for value in line) == 4 + 4  # the diagonal and 2 pairs
+
+
+def test_a_soak_repeats_passes_and_reports_drift(tmp_path):
+    run = _fabric(tmp_path, "--nproc", "2", "--duration", "1h", "--repeat", "3", "--size", "64K",
+                  "--iters", "3")
+    assert run.returncode == 0, run.stderr
+    assert "1 pair of 2 ranks in 1 round (circle schedule)" in " ".join(run.stdout.split())
+    assert "soak: 3600 s or 3 passes, whichever comes first" in " ".join(run.stdout.split())
+    payload = run.payload()
+    passes = payload["fabric"]["passes"]
+    assert len(passes) == 3 and "drift: median bandwidth per pass" in run.stdout
+    rows = payload["rows"]
+    assert sorted({row["repeat"] for row in rows}) == list(range(len(passes)))
+    elapsed = [row["elapsed_s"] for row in rows]
+    assert elapsed == sorted(elapsed)
+    figure = draw_fabric([load_run(run.json)])  # a soak's figure adds the drift panel
+    titles = [axes.get_title() for axes in figure.axes if axes.get_title()]
+    assert titles == ["bandwidth by pair (x: slow)", "latency by pair (x: slow)",
+                      "soak: bandwidth over time (spikes in colour)"]
+
+
+def test_interrupting_a_soak_keeps_every_row_and_the_analysis(tmp_path):
+    json_path, csv_path = tmp_path / "soak.json", tmp_path / "soak.csv"
+    proc = start_commbench("fabric", "--nproc", "3", "--duration", "10m", "--size", "64K", "--iters", "3",
+                           "--json", str(json_path), "--csv", str(csv_path))
+    per_pass = 3 * 4 + 1  # 3 pairs both ways, bandwidth and latency; the node's all_reduce
+    count = per_pass + 1
+    while True:  # into the second pass (on a busy machine the first may recheck a pair: more rows)
+        wait_for_rows(csv_path, count, proc)
+        if any(row["repeat"] != "0" for row in csv_rows(csv_path)):
+            break
+        count += 1
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, stderr
+    payload = json.loads(json_path.read_text())
+    assert payload["meta"]["status"] == "interrupted"
+    kept = len(payload["rows"])
+    assert kept == len(csv_rows(csv_path)) > per_pass
+    assert max(row["repeat"] for row in payload["rows"]) >= 1
+    assert payload["fabric"]["passes"]  # the analysis of the passes it finished
+    # the console concludes on the rows so far (the fabric's tables, not a pattern's) and says so
+    assert stdout.count("verdict: ") == 1 and "bandwidth GB/s, 64 KiB messages" in " ".join(stdout.split())
+    assert f"interrupted by SIGINT: {kept} rows measured and kept" in stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nproc", "1"], "a world of 1 rank has none"),
+    (["--nproc", "3", "--sample", "3"], "--sample 3 is more than the 2 peers each rank has"),
+    (["--nproc", "2", "--size", "1T"], "--size 1024 GiB does not fit in memory"),
+    (["--size", "lots"], "malformed size 'lots'"),
+    (["--duration", "ten"], "--duration 'ten'"),
+    (["--slow-factor", "1"], "--slow-factor 1 must be above 1"),
+    (["--repeat", "0"], "--repeat 0 must be at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = commbench("fabric", *args)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("commbench: error:")
+    assert message in result.stderr and result.stdout == ""
+
+
+def test_a_launched_world_of_one_rank_is_bad_input():
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    result = commbench("fabric", "--size", "4K", "--output-dir", "/tmp/commbench-test-fabric-one", env=env)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "a world of 1 rank has none" in result.stderr
+
+
+def test_every_fabric_option_reaches_commbench_through_torchrun(tmp_path):
+    json_path = tmp_path / "t.json"
+    result = torchrun(2, "fabric", "--size", "48K", "--latency-size", "16", "--iters", "3", "--warmup", "1",
+                      "--serial", "--sample", "1", "--duration", "1h", "--repeat", "2", "--slow-factor", "3",
+                      "--fail-on-outlier", "--timeout", "60", "--quiet", "--json", str(json_path),
+                      "--csv", str(tmp_path / "t.csv"))
+    assert result.returncode == 0, result.stderr
+    config = json.loads(json_path.read_text())["meta"]["config"]
+    assert (config["size"], config["latency_size"]) == (48 * 1024, 16)
+    assert (config["iters"], config["warmup"]) == (3, 1)
+    assert (config["serial"], config["sample"], config["duration_s"], config["passes"]) == (True, 1, 3600, 2)
+    assert (config["slow_factor"], config["fail_on_outlier"], config["quiet"]) == (3.0, True, True)
+    assert result.stdout == ""  # --quiet

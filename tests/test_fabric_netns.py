@@ -1,0 +1,129 @@
+"""fabric on test hosts in network namespaces (tests/netns.py): a host whose link is slowed with tc tbf
+is named, and no other; with no link slowed, pass after pass names nobody.
+
+Three hosts of two ranks each, started through the environment launcher with gloo on each host's own
+interface: every inter-node transfer crosses a veth pair and the bridge, intra-node ones stay inside
+the host. tbf at 200 Mbit/s makes the slowed host's transfers roughly ten times slower than the others
+on an idle 2-core machine (these veths carry a few Gbit/s); the messages are small enough that a slowed
+round lasts well under a second. The pairs are measured one at a time (--serial): six ranks on two
+cores measuring three pairs at once would time the CPU scheduler (a ping-pong waits for its partner to
+be given a core), not the links.
+"""
+
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from commbench.fabric.analysis import analyse
+from commbench.results import load_run
+from tests.netns import NetnsUnavailable, start_ranks, wait_all
+from tests.process_helpers import csv_rows
+
+pytestmark = pytest.mark.processes
+
+HOSTS, RANKS_PER_HOST = 3, 2
+ARGS = ["fabric", "--serial", "--size", "512K", "--iters", "6", "--timeout", "60", "--fail-on-outlier"]
+
+
+def _run(cluster, tmp_path, *extra: str) -> tuple[list[tuple[int, str, str]], dict]:
+    json_path = tmp_path / "fabric.json"
+    procs = start_ranks(cluster, RANKS_PER_HOST, [*ARGS, *extra, "--json", str(json_path),
+                                                  "--csv", str(tmp_path / "fabric.csv")])
+    results = wait_all(procs, timeout=150)
+    return results, json.loads(json_path.read_text())
+
+
+def _namespaces() -> set[str]:
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    return {line.split()[0] for line in listing.splitlines() if line.strip()}
+
+
+def test_each_test_host_has_its_own_name_address_and_interface_and_all_goes_at_teardown(netns_cluster):
+    cluster = netns_cluster(2)
+    for host in cluster.hosts:
+        command = cluster.command(host.index, ["sh", "-c", "hostname; ip -o -4 addr show"])
+        lines = subprocess.run(command, capture_output=True, text=True, timeout=30).stdout.splitlines()
+        assert lines[0] == host.hostname
+        addresses = [line for line in lines[1:] if f"inet {host.address}/24" in line]
+        assert len(addresses) == 1 and host.interface in addresses[0]
+        assert not any(other.address in "".join(lines) for other in cluster.hosts if other is not host)
+    made = {cluster.switch, *(host.namespace for host in cluster.hosts)}
+    assert made <= _namespaces()
+    cluster.teardown()
+    assert not made & _namespaces()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30).stdout
+    assert cluster.tag not in links
+
+
+def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_path):
+    cluster = netns_cluster(HOSTS)
+    try:
+        cluster.slow(1, "200mbit")
+    except NetnsUnavailable as exc:  # a kernel without the tbf qdisc
+        pytest.skip(str(exc))
+    results, payload = _run(cluster, tmp_path)
+    assert [code for code, _, _ in results] == [1] * HOSTS * RANKS_PER_HOST, results[0][2]
+    assert "commbench: fabric: 1 suspect (--fail-on-outlier): h1" in results[0][2]
+    fabric = payload["fabric"]
+    assert [(suspect["kind"], suspect["name"]) for suspect in fabric["suspects"]] == [("host", "h1")]
+    assert fabric["drain"] == ["h1"]
+    assert fabric["suspects"][0]["ranks"] == [2, 3]
+    hostnames = payload["meta"]["hostnames"]
+    assert hostnames == ["h0", "h0", "h1", "h1", "h2", "h2"]
+    slow_pairs = {(item["src"], item["dst"]) for item in fabric["slow"] if item["metric"] == "bandwidth"}
+    assert slow_pairs and all("h1" in (hostnames[src], hostnames[dst]) for src, dst in slow_pairs)
+    verdict = results[0][1]
+    assert "verdict: 1 suspect" in verdict and "host h1: its 16 inter-node transfers" in verdict
+
+
+def test_with_no_link_slowed_pass_after_pass_names_nobody(netns_cluster, tmp_path):
+    cluster = netns_cluster(HOSTS)
+    results, payload = _run(cluster, tmp_path, "--repeat", "3")
+    assert [code for code, _, _ in results] == [0] * HOSTS * RANKS_PER_HOST, results[0][2]
+    assert payload["fabric"]["suspects"] == [] and "verdict: nothing suspicious" in results[0][1]
+    run = load_run(tmp_path / "fabric.json")
+    passes = sorted({row.repeat for row in run.rows})
+    assert passes == [0, 1, 2]
+    for repeat in passes:  # each pass on its own is a run of the whole fabric
+        alone = analyse([row for row in run.rows if row.repeat == repeat], run.meta["hostnames"], 2.0)
+        assert alone.suspects == [], (repeat, alone.verdict_lines())
+
+
+def _when_pass_starts(csv_path, repeat: int, stop: threading.Event) -> bool:
+    """Wait until the soak's rows show pass ``repeat`` under way; False if told to stop first."""
+    while not stop.is_set():
+        if any(int(row["repeat"]) >= repeat for row in csv_rows(csv_path)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_link_slowed_for_part_of_a_soak_shows_as_spikes_on_that_hosts_pairs(netns_cluster, tmp_path):
+    cluster = netns_cluster(3)
+    csv_path = tmp_path / "fabric.csv"
+    stop = threading.Event()
+
+    def flap() -> None:  # h1's link is slow from early in pass 2 to early in pass 3
+        if _when_pass_starts(csv_path, 2, stop):
+            cluster.slow(1, "200mbit")
+            if _when_pass_starts(csv_path, 3, stop):
+                cluster.unslow(1)
+
+    flapper = threading.Thread(target=flap)
+    flapper.start()
+    try:
+        procs = start_ranks(cluster, 1, [*ARGS, "--repeat", "6", "--json", str(tmp_path / "fabric.json"),
+                                         "--csv", str(csv_path)])
+        results = wait_all(procs, timeout=150)
+    finally:
+        stop.set()
+        flapper.join()
+    assert [code for code, _, _ in results] == [0, 0, 0], results[0][2]  # the passes' medians are fine
+    spikes = [spike for spike in json.loads((tmp_path / "fabric.json").read_text())["fabric"]["spikes"]
+              if spike["metric"] == "bandwidth"]
+    assert spikes and all(1 in (spike["src"], spike["dst"]) for spike in spikes)
+    assert all(set(spike["passes"]) <= {2, 3} for spike in spikes)
+    assert "spikes: " in results[0][1]

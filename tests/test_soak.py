@@ -1,0 +1,85 @@
+"""The soak loop: durations as typed, and ranks that agree on every pass (real gloo ranks)."""
+
+import time
+
+import pytest
+import torch
+
+from commbench.backends.torch_dist import TorchDistBackend
+from commbench.errors import UsageError
+from commbench.output import NullOutput
+from commbench.results import Row
+from commbench.soak import parse_duration, repeat_until
+from tests.dist_helpers import run_ranks
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), ("2h", 7200),
+                                           ("45", 45), ("0.5m", 30), (" 1D ", 86400)])
+def test_durations_read_as_people_write_them(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "ten", "10x", "m", "0s", "-5m", "10m 5"])
+def test_a_duration_that_is_not_one_is_refused(text):
+    with pytest.raises(UsageError, match="--duration"):
+        parse_duration(text)
+
+
+def _row(rank: int) -> Row:
+    return Row(collective="p2p_uni", backend="gloo", device="cpu", world_size=2, dtype="uint8", mode="sync",
+               op="", size_bytes=1, requested_bytes=1, count_per_rank=1, iters=1, warmup=0, time_us_p50=1.0,
+               time_us_p95=1.0, time_us_min=1.0, time_us_max=1.0, time_us_mean=1.0, algbw_gbps=None,
+               busbw_gbps=None, busbw_factor=1.0, src_rank=rank)
+
+
+class _Collect(NullOutput):
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def row(self, row: Row) -> None:
+        self.rows.append(row)
+
+
+def _soak(rank: int, world_size: int, duration_s: float | None, passes: int | None = None) -> dict:
+    backend = TorchDistBackend("gloo", torch.device("cpu"))
+    output = _Collect()
+    seen_after: list[int] = []
+
+    def one_pass(out) -> None:
+        time.sleep(0.02 * (rank + 1))  # the ranks' passes take different times
+        backend.barrier()
+        out.row(_row(rank))
+        out.row(_row(rank))
+
+    stamped = repeat_until(duration_s, one_pass, output, backend,
+                           after_pass=lambda rows: seen_after.append(len(rows)), passes=passes)
+    return {"stamped": [(row.repeat, row.elapsed_s) for row in stamped],
+            "inner": [(row.repeat, row.elapsed_s) for row in output.rows], "after": seen_after}
+
+
+@pytest.mark.processes
+def test_every_rank_runs_the_same_passes_and_every_row_is_stamped():
+    results = run_ranks(_soak, 2, 0.3)
+    passes = [len(result["after"]) for result in results]
+    assert passes[0] == passes[1] and passes[0] > 1
+    for result in results:
+        repeats = [repeat for repeat, _ in result["stamped"]]
+        assert repeats == [index // 2 for index in range(2 * passes[0])]
+        elapsed = [value for _, value in result["stamped"]]
+        assert elapsed == sorted(elapsed) and all(value is not None for value in elapsed)
+        assert result["inner"] == result["stamped"]  # the output got the stamped rows, as they came
+        assert result["after"] == [2 * (index + 1) for index in range(passes[0])]
+
+
+@pytest.mark.processes
+def test_without_a_duration_there_is_one_pass():
+    results = run_ranks(_soak, 2, None)
+    assert [result["after"] for result in results] == [[2], [2]]
+    assert all(repeat == 0 for result in results for repeat, _ in result["stamped"])
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("duration_s", [None, 3600.0])
+def test_a_number_of_passes_stops_the_soak_at_that_many(duration_s):
+    results = run_ranks(_soak, 2, duration_s, 3)
+    assert [result["after"] for result in results] == [[2, 4, 6], [2, 4, 6]]
