@@ -108,15 +108,17 @@ def test_a_link_slowed_for_part_of_a_soak_shows_as_spikes_on_that_hosts_pairs(ne
 
     def flap() -> None:  # h1's link is slow from early in pass 2 to early in pass 3
         if _when_pass_starts(csv_path, 2, stop):
-            cluster.slow(1, "200mbit")
+            cluster.slow(1, "100mbit")
             if _when_pass_starts(csv_path, 3, stop):
                 cluster.unslow(1)
 
     flapper = threading.Thread(target=flap)
     flapper.start()
     try:
-        procs = start_ranks(cluster, 1, [*ARGS, "--repeat", "6", "--json", str(tmp_path / "fabric.json"),
-                                         "--csv", str(csv_path)])
+        # A spike is 8x off the pair's own median: the slowed link is tens of times slower, while one
+        # measurement on two loaded cores can be a few times off (the default factor, 2, would see those)
+        procs = start_ranks(cluster, 1, [*ARGS, "--repeat", "6", "--slow-factor", "8",
+                                         "--json", str(tmp_path / "fabric.json"), "--csv", str(csv_path)])
         results = wait_all(procs, timeout=150)
     finally:
         stop.set()
@@ -125,5 +127,5 @@ def test_a_link_slowed_for_part_of_a_soak_shows_as_spikes_on_that_hosts_pairs(ne
     spikes = [spike for spike in json.loads((tmp_path / "fabric.json").read_text())["fabric"]["spikes"]
               if spike["metric"] == "bandwidth"]
     assert spikes and all(1 in (spike["src"], spike["dst"]) for spike in spikes)
-    assert all(set(spike["passes"]) <= {2, 3} for spike in spikes)
+    assert all(set(spike["passes"]) <= {2, 3} for spike in spikes), spikes
     assert "spikes: " in results[0][1]
