@@ -73,6 +73,15 @@ def launch_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def soak_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--duration and --repeat: repeat the whole run (a soak), every row stamped with its pass and time."""
+    command = click.option("--repeat", "passes", type=int, default=None, metavar="N",
+                           help="Soak: run N times (with --duration: at most N times).")(command)
+    return click.option("--duration", "duration_s", default=None, metavar="TIME",
+                        help="Soak: repeat the run until this much time (90s, 10m, 1h30m) has passed; drift "
+                             "and spikes are reported.")(command)
+
+
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["--help", "-h"]})
 @click.version_option(__version__, "--version", prog_name="commbench")
 def cli() -> None:
@@ -115,6 +124,7 @@ def cli() -> None:
               help="Refuse, before allocating, sizes whose buffers need more than this per rank (e.g. 8G).")
 @click.option("--root", type=int, default=DEFAULTS["root"], show_default=True,
               help="Root rank of broadcast, reduce, gather and scatter.")
+@soak_options
 @launch_options
 @click.option("--format", "output_format", default=DEFAULTS["output_format"], show_default=True,
               help=f"Console output: {', '.join(OUTPUT_FORMATS)} (nccl-tests' columns; JSON lines "
@@ -276,7 +286,7 @@ def report(files: tuple[str, ...], output_path: str) -> None:
 # The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns, fabric's in fabric/command.py;
 # they share the launch options.
 cli.add_command(pattern_group(launch_options))
-cli.add_command(fabric_command(launch_options))
+cli.add_command(fabric_command(launch_options, soak_options))
 
 
 @cli.command("env")

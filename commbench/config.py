@@ -22,6 +22,7 @@ from commbench.errors import UsageError, did_you_mean
 from commbench.groups import check_group_options, split_world
 from commbench.provenance.baselines import check_judging
 from commbench.sizes import parse_size, parse_sizes
+from commbench.soak import parse_duration
 from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, check_world_size, parse_splits
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
@@ -54,6 +55,8 @@ class LaunchConfig:
     nccl_debug: bool = False  # NCCL's INFO log beside the results; rows get NCCL's choices (provenance)
     expect: str | None = None  # a baselines file or a shipped baseline's name: a verdict per row
     fail_below: float | None = None  # exit 1 when a row's busbw is below this % of its reference
+    duration_s: float | None = None  # soak: repeat the run until this many seconds have passed
+    passes: int | None = None  # soak: at most this many passes (alone: exactly this many)
     argv: list[str] = field(default_factory=list)  # the command line, recorded with results
 
 
@@ -170,8 +173,9 @@ def split_spec(config: RunConfig) -> SplitSpec:
 
 # List fields whose text is more than a comma list: each item of a sizes list is itself a size spec.
 LIST_ITEM_PARSERS: dict[str, Callable[[str], list]] = {"sizes": parse_sizes}
-# Number fields that may also be written as text: a byte count as a size (8G).
-SCALAR_TEXT_PARSERS: dict[str, Callable[[str], Any]] = {"max_memory": parse_size}
+# Number fields that may also be written as text: a byte count as a size (8G), seconds as a time (10m).
+SCALAR_TEXT_PARSERS: dict[str, Callable[[str], Any]] = {"max_memory": parse_size,
+                                                        "duration_s": parse_duration}
 
 
 def list_field_from_text(name: str, text: str) -> list:
@@ -219,6 +223,10 @@ def resolve_launch(launch: LaunchConfig) -> LaunchConfig:
     if launch.skew_threshold_percent < 0:
         raise UsageError(f"--skew-threshold {launch.skew_threshold_percent:g} must not be negative")
     check_judging(launch.expect, launch.fail_below)
+    if launch.passes is not None:
+        check_count("--repeat", launch.passes, minimum=1)
+    if launch.duration_s is not None and not launch.duration_s > 0:
+        raise UsageError(f"--duration {launch.duration_s:g} must be above 0 seconds")
     if launch.output_format not in OUTPUT_FORMATS:
         raise UsageError(f"unknown format {launch.output_format!r}"
                          f"{did_you_mean(launch.output_format, list(OUTPUT_FORMATS))}; "

@@ -23,6 +23,7 @@ from commbench.plot import draw, matplotlib_missing, save
 from commbench.provenance.html import hardware_table_html, peak_table_html
 from commbench.results import SERIES_FIELDS, Row, SavedRun, load_runs
 from commbench.sizes import format_size
+from commbench.soak import SPIKE_FACTOR, soak_lines, time_spikes
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -129,6 +130,21 @@ def fits_table(runs: list[SavedRun]) -> TextTable:
                              f"rms error above {ERROR_LIMIT:.0%} (docs/fit.md)"])
 
 
+def soak_html(run: SavedRun) -> str:
+    """A soak's drift and every measurement that spiked, recomputed from the rows ('' for one pass)."""
+    lines = soak_lines(run.rows)
+    if not lines:
+        return ""
+    spikes = time_spikes(run.rows)
+    rows = [[spike.label, ", ".join(map(str, spike.passes)), str(spike.total), f"{spike.median_us:.1f}",
+             f"{spike.worst_ratio:.2f}x", ", ".join(f"{t:.0f}" for t in spike.elapsed_s if t is not None)]
+            for spike in spikes]
+    table = TextTable(f"spikes: passes whose p50 is {SPIKE_FACTOR:g}x or more its own median", [
+        "measurement", "passes", "of", "median µs", "worst", "at s"], rows, left_columns=2)
+    return (f"<h2>Over time: {escape(run.label)}</h2><pre>{escape(chr(10).join(lines[:2]))}</pre>"
+            + (html_table(table) if rows else "<p>No spikes.</p>"))
+
+
 def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
     """The page; ``plots_missing`` says why it has no plots (None: draw them)."""
     generated = datetime.now(UTC).isoformat(timespec="seconds")
@@ -145,6 +161,7 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
         parts.append(f'<h3>{escape(collective)}</h3><img alt="{escape(collective)}: busbw and latency '
                      f'against size" src="{uri}">')
     parts.extend(peak_table_html(run.rows, run.label) for run in runs)
+    parts.extend(soak_html(run) for run in runs)
     parts.append(f"<h2>α-β fits</h2>{html_table(fits_table(runs))}")
     parts.append("<h2>Results</h2>")
     for run in runs:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.provenance.verdicts import RowContext, annotate_row
 from commbench.results import Row
+from commbench.sizes import format_size
 from commbench.stats import algbw_gbps, arrival_skews, last_to_arrive, summarize
 
 if TYPE_CHECKING:
@@ -55,3 +56,9 @@ def make_row(sampled: "Sampled | None", *, time_scale: float = 1.0, members: lis
     return annotate_row(Row(**identity, **measured_fields(sampled, identity["size_bytes"],
                                                           identity["busbw_factor"], time_scale, members)),
                         context)
+
+
+def describe_row(row: Row) -> str:
+    """'all_reduce (float32, sum, in-place, sync) at 64 KiB', as messages name a row."""
+    detail = ", ".join(part for part in (row.dtype, row.op, row.placement, row.mode) if part)
+    return f"{row.collective} ({detail}) at {format_size(row.size_bytes)}"

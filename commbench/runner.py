@@ -31,9 +31,10 @@ from commbench.output import Output
 from commbench.planning import PlannedSize, TablePlan, plan_tables
 from commbench.provenance.verdicts import RowContext
 from commbench.results import Row
-from commbench.rows import make_row
+from commbench.rows import describe_row, make_row
 from commbench.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.sizes import format_size
+from commbench.soak import repeat_until, soak_lines
 from commbench.timing import BoundOp, warm_up
 
 
@@ -67,10 +68,18 @@ def sampling_policy(config: RunConfig) -> SamplingPolicy:
 
 def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
                    session: Session | None = None) -> list[Row]:
-    """A run: its benchmarks (one, or a sweep file's list) in order, in one process group."""
-    rows: list[Row] = []
-    for config in configs:
-        rows.extend(run_sweep(config, backend, output, session))
+    """A run: its benchmarks (one, or a sweep file's list) in order, in one process group; with
+    --duration or --repeat, again and again (a soak), then what the passes show."""
+    setup = configs[0].launch
+
+    def one_pass(into: Output) -> list[Row]:
+        return [row for config in configs for row in run_sweep(config, backend, into, session)]
+
+    if setup.duration_s is None and setup.passes is None:
+        return one_pass(output)
+    rows = repeat_until(setup.duration_s, one_pass, output, backend, passes=setup.passes)
+    for line in soak_lines(rows):
+        output.note(line)
     return rows
 
 
@@ -111,12 +120,6 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
         _check_in(SizePoint(config, backend, tables[-1], PlannedSize(0, 0, 0), session.membership),
                   "the end of the sweep", _no_stop)
     return all_rows
-
-
-def describe_row(row: Row) -> str:
-    """'all_reduce (float32, sum, in-place, sync) at 64 KiB', as messages name a row."""
-    detail = ", ".join(part for part in (row.dtype, row.op, row.placement, row.mode) if part)
-    return f"{row.collective} ({detail}) at {format_size(row.size_bytes)}"
 
 
 def sweep_failure(rows: list[Row]) -> str | None:

@@ -1,5 +1,6 @@
 """The soak loop: durations as typed, and ranks that agree on every pass (real gloo ranks)."""
 
+import json
 import time
 
 import pytest
@@ -9,8 +10,8 @@ from commbench.backends.torch_dist import TorchDistBackend
 from commbench.errors import UsageError
 from commbench.output import NullOutput
 from commbench.results import Row
-from commbench.soak import parse_duration, repeat_until
-from tests.dist_helpers import run_ranks
+from commbench.soak import parse_duration, repeat_until, soak_lines, time_spikes
+from tests.dist_helpers import commbench, run_ranks
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), ("2h", 7200),
@@ -83,3 +84,40 @@ def test_without_a_duration_there_is_one_pass():
 def test_a_number_of_passes_stops_the_soak_at_that_many(duration_s):
     results = run_ranks(_soak, 2, duration_s, 3)
     assert [result["after"] for result in results] == [[2, 4, 6], [2, 4, 6]]
+
+
+# --- soaking a sweep -------------------------------------------------------------------------------
+
+def _timed(p50: float, repeat: int, size: int = 1024) -> Row:
+    return Row(collective="all_reduce", backend="gloo", device="cpu", world_size=2, dtype="float32",
+               mode="sync", op="sum", size_bytes=size, requested_bytes=size, count_per_rank=size // 4,
+               iters=5, warmup=1, time_us_p50=p50, time_us_p95=p50, time_us_min=p50, time_us_max=p50,
+               time_us_mean=p50, algbw_gbps=None, busbw_gbps=None, busbw_factor=1.0, repeat=repeat,
+               elapsed_s=float(repeat))
+
+
+def test_a_pass_far_slower_than_the_measurements_own_median_is_a_spike():
+    rows = [_timed(p50, repeat) for repeat, p50 in enumerate([100.0, 104.0, 520.0, 98.0, 101.0])]
+    rows += [_timed(p50, repeat, size=4096) for repeat, p50 in enumerate([200.0, 210.0, 190.0, 260.0, 205.0])]
+    (spike,) = time_spikes(rows)
+    assert spike.passes == [2] and spike.total == 5 and spike.median_us == 101.0
+    assert spike.worst_ratio == pytest.approx(520 / 101)
+    assert "all_reduce (float32, sum, sync) at 1 KiB" in spike.label
+    lines = soak_lines(rows)
+    assert lines[0] == "soak: 5 passes in 4 s"
+    assert lines[1].startswith("drift: the last pass's times are 1.02x the first's")  # 101/100, 205/200
+
+
+@pytest.mark.processes
+def test_a_sweep_repeats_as_a_soak_and_every_row_knows_its_pass(tmp_path):
+    json_path = tmp_path / "soak.json"
+    result = commbench("--sizes", "1K,4K", "--iters", "3", "--warmup", "0", "--repeat", "3", "--json",
+                       str(json_path), "--csv", str(tmp_path / "soak.csv"))
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(json_path.read_text())["rows"]
+    expected = [(repeat, size) for repeat in range(3) for size in (1024, 4096)]
+    assert [(row["repeat"], row["size_bytes"]) for row in rows] == expected
+    assert [row["elapsed_s"] for row in rows] == sorted(row["elapsed_s"] for row in rows)
+    assert "note: soak: 3 passes in" in result.stdout
+    report = commbench("report", str(json_path), "--output", str(tmp_path / "r.html"))
+    assert report.returncode == 0 and "Over time" in (tmp_path / "r.html").read_text()

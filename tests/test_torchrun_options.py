@@ -68,7 +68,7 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                       "--group-size", "2", "--group-layout", "strided", "--per-rank",
                       "--skew-threshold", "50", "--format", "nccl-tests",
                       "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
-                      "--p2p-window", "4", "--premul-factor", "0.25",
+                      "--p2p-window", "4", "--premul-factor", "0.25", "--duration", "1h", "--repeat", "1",
                       "--nccl-debug", "--expect", str(floor), "--fail-below", "1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
@@ -89,6 +89,7 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert config["placements"] == ["in-place"] and config["check"] is True and config["check_every"] == 2
     assert (config["splits"], config["p2p_window"], config["premul_factor"]) == ("spread:0.25", 4, 0.25)
     assert (config["nccl_debug"], config["expect"], config["fail_below"]) == (True, str(floor), 1.0)
+    assert (config["duration_s"], config["passes"]) == (3600.0, 1)  # one pass: --repeat bounds the soak
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
     rows = json.loads(json_path.read_text())["rows"]
     assert [(row["placement"], row["wrong"]) for row in rows] == [("in-place", 0), ("in-place", 0)]
@@ -105,7 +106,7 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                  "--max-memory", "--group-size", "--group-layout", "--per-rank", "--skew-threshold",
                  "--groups", "--config", "--format",
                  "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor",
-                 "--nccl-debug", "--expect", "--fail-below"}
+                 "--nccl-debug", "--expect", "--fail-below", "--duration", "--repeat"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
 

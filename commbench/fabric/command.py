@@ -17,8 +17,8 @@ from commbench.sizes import parse_size
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def fabric_command(launch_options: Decorator) -> click.Command:
-    """The `fabric` command, its own options first, then ``launch_options``."""
+def fabric_command(launch_options: Decorator, soak_options: Decorator) -> click.Command:
+    """The `fabric` command, its own options first, then ``soak_options`` and ``launch_options``."""
 
     @click.command("fabric")
     @click.option("--size", default="64M", show_default=True, help="Bytes per message of the bandwidth test.")
@@ -31,27 +31,25 @@ def fabric_command(launch_options: Decorator) -> click.Command:
                   help="Measure one pair at a time instead of a round's pairs at once.")
     @click.option("--sample", type=int, default=None, metavar="K",
                   help="Pair each rank with K peers (K rounds, covering every host) instead of every rank.")
-    @click.option("--duration", default=None,
-                  help="Soak: repeat the measurement until this much time (90s, 10m, 2h) has passed; spikes "
-                       "and drift are reported.")
-    @click.option("--repeat", "passes", type=int, default=None, metavar="N",
-                  help="Soak: measure N times (with --duration: at most N times).")
     @click.option("--slow-factor", type=float, default=2.0, show_default=True,
                   help="A pair is an outlier only when this many times off its class's median.")
     @click.option("--fail-on-outlier", is_flag=True, help="Exit 1 when a host, rank or link is named.")
+    @soak_options
     @launch_options
     @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
     @click.pass_context
-    def fabric(ctx: click.Context, size: str, latency_size: str, duration: str | None, **options: Any) -> int:
+    def fabric(ctx: click.Context, size: str, latency_size: str, duration_s: str | None,
+               **options: Any) -> int:
         """Every pair of ranks both ways (bandwidth and latency), host by host: the slow GPU, link or node."""
         from commbench.fabric.config import FabricConfig, resolve_fabric
         from commbench.fabric.run import launch_fabric
         from commbench.soak import parse_duration
 
         launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
-        setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
+        duration = None if duration_s is None else parse_duration(duration_s)
+        setup = LaunchConfig(**launch_values, duration_s=duration, argv=list(ctx.obj["argv"]))
         config = FabricConfig(launch=setup, size=parse_size(size), latency_size=parse_size(latency_size),
-                              duration_s=None if duration is None else parse_duration(duration), **options)
+                              **options)
         return launch_fabric(resolve_fabric(config))
 
     return fabric

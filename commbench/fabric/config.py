@@ -31,8 +31,6 @@ class FabricConfig:
     warmup: int = 2
     serial: bool = False  # one pair at a time instead of a round's pairs at once
     sample: int | None = None  # --sample K: K peers per rank instead of every pair
-    duration_s: float | None = None  # soak: repeat passes until this many seconds have passed
-    passes: int | None = None  # soak: at most this many passes (alone: exactly this many)
     slow_factor: float = DEFAULT_SLOW_FACTOR  # the outlier rule's minimum gap (see outliers.py)
     fail_on_outlier: bool = False
     kind: str = KIND
@@ -51,8 +49,6 @@ def resolve_fabric(config: FabricConfig) -> FabricConfig:
     for flag, value, minimum in (("--size", config.size, 1), ("--latency-size", config.latency_size, 1),
                                  ("--iters", config.iters, 1), ("--warmup", config.warmup, 0)):
         check_count(flag, value, minimum)
-    if config.passes is not None:
-        check_count("--repeat", config.passes, minimum=1)
     if config.sample is not None:
         check_count("--sample", config.sample, minimum=1)
     if not config.slow_factor > 1:

@@ -41,8 +41,9 @@ class Outcome:
 
 def _summary(ctx: FabricContext) -> str:
     config, hosts = ctx.config, len(set(ctx.hostnames))
-    limits = [f"{config.duration_s:g} s"] if config.duration_s else []
-    limits += [f"{config.passes} passes"] if config.passes else []
+    soak = config.launch
+    limits = [f"{soak.duration_s:g} s"] if soak.duration_s else []
+    limits += [f"{soak.passes} passes"] if soak.passes else []
     soak = f"; soak: {' or '.join(limits)}, whichever comes first" if limits else ""
     return (f"fabric: {ctx.schedule.describe(config.serial)} on {hosts} host{'s' if hosts > 1 else ''}; "
             f"bandwidth at {format_size(config.size)}, latency at {format_size(config.latency_size)}, "
@@ -62,15 +63,15 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     if ctx.latency_alone and not config.serial:
         output.note("a host has more ranks than cores: ping-pongs run one pair at a time, since concurrent "
                     "ones would time the wait for a core (bandwidth is still measured a round at a time)")
-    if config.duration_s is None and config.passes is None:
+    if config.launch.duration_s is None and config.launch.passes is None:
         output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
 
     def publish(rows: list[Row]) -> None:
         if backend.rank == 0:
             output.section(KIND, analyse(rows, hostnames, config.slow_factor).to_dict())
 
-    rows = repeat_until(config.duration_s, partial(fabric_pass, ctx), output, backend, after_pass=publish,
-                        passes=config.passes)
+    rows = repeat_until(config.launch.duration_s, partial(fabric_pass, ctx), output, backend,
+                        after_pass=publish, passes=config.launch.passes)
     output.table_done(rows)
     analysis = analyse(rows, hostnames, config.slow_factor)
     if outcome is not None:

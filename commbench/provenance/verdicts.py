@@ -113,7 +113,7 @@ def judged_summary(rows: list[Row], judging: Judging) -> dict[str, Any]:
 
 
 def _describe_fail(row: Row, judging: Judging) -> str:
-    from commbench.runner import describe_row  # the runner imports this module
+    from commbench.rows import describe_row  # rows imports this module
 
     reference = _reference(row) or 0.0
     what = "expected" if judging.baseline is not None else "peak"
