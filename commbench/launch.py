@@ -10,11 +10,14 @@ import signal
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from commbench import devices
 from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed
 from commbench.config import Benchmark, LaunchConfig
+from commbench.devices import MemoryBudget
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
 from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.output import NullOutput, Output
@@ -23,6 +26,9 @@ from commbench.results import Row
 from commbench.runner import Session, sweep_failure
 from commbench.sizes import parse_size
 from commbench.spawn import LAUNCHER_ENV, spawn_local
+
+if TYPE_CHECKING:
+    from commbench.backends.rendezvous import Rendezvous, StartUp
 
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
@@ -38,30 +44,30 @@ FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the
 class RankInfo:
     rank: int
     world_size: int
-    local_rank: int
+    local_rank: int | None  # None: no launcher said; derived from the host names once the ranks meet
     launcher: str
     master_addr: str | None
     master_port: int | None
 
 
-# (launcher, rank, world size, local rank) variable names, in order of precedence.
+# (launcher, rank, world size) variable names, in order of precedence. The local rank has its own order
+# (devices.LOCAL_RANK_VARIABLES): one launcher may set the rank and another the local rank (Cray MPICH
+# under srun sets PMI_RANK and SLURM_LOCALID, no MPI_LOCALRANKID).
 _LAUNCHER_VARIABLES = [
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("mpirun", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK"),
-    ("mpirun", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
-    ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("torchrun", "RANK", "WORLD_SIZE"),
+    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("mpirun", "PMI_RANK", "PMI_SIZE"),
+    ("mpirun", "PMIX_RANK", "PMIX_SIZE"),
+    ("mpirun", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+    ("srun", "SLURM_PROCID", "SLURM_NTASKS"),
+    ("flux", "FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
 ]
-_SLURM_BATCH_STEP = {"batch", "4294967294"}
 
 
-def _int_variable(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+def _int_variable(env: Mapping[str, str], name: str) -> int:
     value = env.get(name)
     if value is None:
-        if default is None:
-            raise UsageError(f"{name} is not set")
-        return default
+        raise UsageError(f"{name} is not set")
     try:
         return int(value)
     except ValueError:
@@ -70,19 +76,19 @@ def _int_variable(env: Mapping[str, str], name: str, default: int | None = None)
 
 def detect(env: Mapping[str, str], backend: str | None = None) -> RankInfo | None:
     """This process's place in the job from the launcher's variables, or None when not launched."""
-    for launcher, rank_var, world_var, local_var in _LAUNCHER_VARIABLES:
+    for launcher, rank_var, world_var in _LAUNCHER_VARIABLES:
         if rank_var not in env or world_var not in env:
             continue
         if launcher == "srun":
             step = env.get("SLURM_STEP_ID", env.get("SLURM_STEPID"))
-            if step is None or step in _SLURM_BATCH_STEP:
+            if step is None or step in devices.SLURM_BATCH_STEPS:
                 continue  # a batch script, not a task started by srun
             world_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else world_var
         if launcher == "torchrun":
             launcher = env.get(LAUNCHER_ENV) or ("torchrun" if "TORCHELASTIC_RUN_ID" in env else "env")
         rank = _int_variable(env, rank_var)
         world_size = _int_variable(env, world_var)
-        local_rank = _int_variable(env, local_var, default=0)
+        local_rank = devices.local_rank_from(env)
         if world_size < 1 or not 0 <= rank < world_size:
             raise UsageError(f"{rank_var}={rank} does not fit {world_var}={world_size}")
         master_addr, master_port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
@@ -147,34 +153,94 @@ def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -
     return 0
 
 
-def select_device(setup: LaunchConfig, info: RankInfo) -> Any:
+def host_name(environ: Mapping[str, str]) -> str:
+    return environ.get(HOSTNAME_ENV) or socket.gethostname()
+
+
+def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
+    from commbench.backends.rendezvous import Rendezvous
+
+    # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
+    return Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
+                      launcher_hosts_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                      attempt=environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
+    """Meet the other ranks at the store, agree on devices, then start the process group."""
+    from commbench.backends.rendezvous import StartUp
+    from commbench.backends.torch_dist import TorchDistBackend
+
+    name = setup.backend or "gloo"
+    startup = StartUp(name, rendezvous_of(info, environ), setup.timeout_s)
+    try:
+        startup.meet()
+        device = place(setup, info, environ, startup)
+        return TorchDistBackend(name, device, startup.start(device))
+    except (RunError, UsageError, AlreadyReported):
+        raise
+    except Exception as exc:
+        raise RunError(f"rank {info.rank}: the {name} process group did not start "
+                       f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
+                       f"timeout {setup.timeout_s:g} s): {brief(exc)}") from exc
+
+
+def place(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str], startup: "StartUp") -> Any:
+    """This rank's device. On CUDA every rank first learns which ranks share its host (its local rank
+    when no launcher gave one), then claims its physical device; a problem on any rank (too few devices,
+    two ranks on one device) stops every rank before a communicator exists, with one message."""
     import torch
 
     if setup.device != "cuda":
         return torch.device("cpu")
-    count = torch.cuda.device_count()
-    if info.local_rank >= count:
-        raise UsageError(f"rank {info.rank} has local rank {info.local_rank} but this host has {count} "
-                         "CUDA devices: start at most one rank per device")
-    return torch.device("cuda", info.local_rank)
-
-
-def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
-    from commbench.backends.torch_dist import Rendezvous, TorchDistBackend
-
-    device = select_device(setup, info)
-    # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
-    rendezvous = Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
-                            launcher_hosts_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
-                            attempt=environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    host = host_name(environ)
+    on_host = startup.peers("hosts", host)
+    device, problem = None, None
     try:
-        return TorchDistBackend.create(setup.backend or "gloo", device, rendezvous, setup.timeout_s)
-    except RunError:
-        raise
-    except Exception as exc:
-        raise RunError(f"rank {info.rank}: the {setup.backend} process group did not start "
-                       f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
-                       f"timeout {setup.timeout_s:g} s): {brief(exc)}") from exc
+        local_rank = info.local_rank
+        if local_rank is None:
+            if on_host is None:
+                raise UsageError(f"rank {info.rank}: no launcher variable gives its local rank (set "
+                                 "LOCAL_RANK), and without a rendezvous store it cannot be derived")
+            local_rank = devices.local_rank_among(on_host, info.rank)
+        index = devices.device_index(local_rank, torch.cuda.device_count(), info.rank)
+        device = torch.device("cuda", index)
+        claim = devices.physical_device(environ, index, device_uuid(index))
+    except UsageError as exc:
+        problem, claim = str(exc), f"unplaced rank {info.rank}"
+    sharing = startup.peers("devices", f"{host}|{claim}") or [info.rank]
+    problem = problem or devices.duplicate_devices(host, claim, sharing)
+    agreed = startup.agree("devices", problem)
+    if agreed is not None:
+        raise UsageError(agreed) if info.rank == 0 else AlreadyReported(UsageError.exit_code)
+    return device
+
+
+def device_uuid(index: int) -> str | None:
+    """The device's UUID, where this torch reports one (the surest name for a physical GPU)."""
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return str(uuid) if uuid is not None else None
+
+
+def memory_budget(backend: Backend, hostnames: list[str]) -> MemoryBudget | None:
+    """The memory a rank may fill when --max-memory is not given: most of its device's free memory on
+    CUDA, its share of the host's available memory on CPU; the smallest over ranks, so that every rank
+    refuses the same sizes (None when a rank cannot tell)."""
+    free = backend.free_device_memory()
+    if free is not None:
+        mine: MemoryBudget | None = devices.cuda_budget(free)
+    else:
+        try:
+            available = devices.mem_available(Path("/proc/meminfo").read_text())
+        except OSError:  # not Linux
+            available = None
+        mine = devices.cpu_budget(available, hostnames.count(hostnames[backend.rank]))
+    budgets = backend.all_gather_object(mine)
+    if any(budget is None for budget in budgets):
+        return None
+    return min(budgets, key=lambda budget: budget.limit)
 
 
 def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
@@ -239,13 +305,14 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     backend = start_backend(setup, info, environ)
     recording: Recording | None = None
     try:
-        hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
+        hostnames = backend.all_gather_object(host_name(environ))
         plan = split_into_groups(setup, hostnames)
         membership = join_groups(backend, plan)
         if info.rank == 0:
             meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
             recording = Recording(meta, setup)
-        session = Session(membership, stops.requested, skipped_size(info, environ))
+        session = Session(membership, stops.requested, skipped_size(info, environ),
+                          memory_budget(backend, hostnames))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
     except BaseException as exc:
@@ -272,6 +339,7 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
         if recording is not None:
             recording.finish("interrupted", f"stopped by {signal.Signals(signum).name}")
+        backend.abort()  # a collective may still wait on the device for a peer that stopped
         return exc
     if isinstance(exc, UsageError):
         if recording is not None:
@@ -285,9 +353,11 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
         error = _with_peer_accounts(exc, backend, setup)
         if recording is not None:
             recording.finish("failed", error)
+        backend.abort()  # recorded first: aborting a communicator may end the process (NCCL's watchdog)
         return RunError(error)
     if recording is not None:
         recording.finish("failed", f"{type(exc).__name__}: {exc}")
+    backend.abort()
     return exc
 
 
