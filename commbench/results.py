@@ -53,6 +53,9 @@ class Row:
     time_us_stdev: float | None = None
     time_us_cv: float | None = None  # stdev / mean
     ci95_rel: float | None = None  # half-width of the median's 95% CI over the median
+    # p50 of the host-observed time per op (docs/measurement.md#what-a-time-is): launch, device and the
+    # completion seen; on CPU the same as time_us_p50; empty in files written before it existed
+    host_time_us_p50: float | None = None
     # Sub-communicators: the collective ran in group_count groups of group_size ranks at once (files
     # written before groups existed load as one group of the whole world).
     group_size: int = 0

@@ -12,7 +12,8 @@ windows of about a tenth of it, so the windows' per-op times have a median and a
 
 An ``Interlude`` (--check-every) runs untimed work after every N timed ops: no timed region (sync batch
 or async window) then spans more than N ops, and the work runs between regions, whose barriers keep it
-out of the next one.
+out of the next one. ``max_window`` (from the memory budget: each op in flight holds torch's
+temporaries) caps an async window the same way.
 """
 
 import math
@@ -89,6 +90,8 @@ class Sampled:
     ops: int  # ops timed in all
     # [rank][sample]: when the rank entered the sample, seconds after the barrier opening its region
     per_rank_arrivals: list[list[float]] = field(default_factory=list)
+    # [rank][sample]: seconds per op as the host saw them (on CPU the samples themselves)
+    per_rank_host_seconds: list[list[float]] = field(default_factory=list)
 
     @property
     def slowest(self) -> list[float]:
@@ -103,65 +106,69 @@ def _extend(into: list[list[float]] | None, batch: list[list[float]]) -> list[li
     return into
 
 
-def _gather(backend: Backend, regions: list[TimedRegion]) -> tuple[list[list[float]], list[list[float]]]:
-    """Every rank's seconds and arrivals of these regions, in one gather: [rank][sample] each."""
-    seconds = [value for region in regions for value in region.seconds]
-    arrivals = [value for region in regions for value in region.arrivals]
-    gathered = backend.all_gather_floats(seconds + arrivals)
-    count = len(seconds)
-    return [values[:count] for values in gathered], [values[count:] for values in gathered]
+def _gather(backend: Backend, regions: list[TimedRegion]) -> list[list[list[float]]]:
+    """Every rank's seconds, arrivals and host seconds of these regions, in one gather: three lists of
+    [rank][sample]."""
+    series = [[value for region in regions for value in getattr(region, name)]
+              for name in ("seconds", "arrivals", "host_seconds")]
+    gathered = backend.all_gather_floats([value for values in series for value in values])
+    found, start = [], 0
+    for values in series:
+        found.append([rank_values[start:start + len(values)] for rank_values in gathered])
+        start += len(values)
+    return found
 
 
 def collect(op: BoundOp, mode: str, budget: IterationBudget, size_bytes: int,
-            interlude: Interlude | None = None) -> Sampled:
+            interlude: Interlude | None = None, max_window: int | None = None) -> Sampled:
     """Time ``op`` in ``mode`` under the budget's policy; every rank returns the same samples of every
     rank.
 
     With an ``interlude`` its work runs after every ``interlude.every`` timed ops (not with CUDA graphs,
-    whose replays are checked only after timing).
+    whose replays are checked only after timing); an async window never holds more than ``max_window``
+    ops (the memory budget's room for torch's temporaries).
     """
     policy, backend = budget.policy, op.backend
     if policy.cuda_graph_replays:
         ops = policy.fixed_iters or 20
-        seconds, arrivals = _gather(backend, [time_cuda_graph(op, ops, policy.cuda_graph_replays)])
-        return Sampled(seconds, ops * policy.cuda_graph_replays, arrivals)
+        seconds, arrivals, host = _gather(backend, [time_cuda_graph(op, ops, policy.cuda_graph_replays)])
+        return Sampled(seconds, ops * policy.cuda_graph_replays, arrivals, host)
+    split = Split(mode, policy, interlude, max_window)
     if policy.fixed_iters is not None:
-        regions = _split_timed(op, mode, policy, policy.fixed_iters, interlude)
-        seconds, arrivals = _gather(backend, regions)
-        return Sampled(seconds, policy.fixed_iters, arrivals)
+        seconds, arrivals, host = _gather(backend, split.timed(op, policy.fixed_iters))
+        return Sampled(seconds, policy.fixed_iters, arrivals, host)
+    return _collect_adaptive(op, split, budget, size_bytes)
 
+
+def _collect_adaptive(op: BoundOp, split: "Split", budget: IterationBudget, size_bytes: int) -> Sampled:
+    """Adaptive counts (see the module docstring): a probe, a count that fits the time budget, then
+    batches until the count is spent or the median is precise enough."""
+    policy, backend = budget.policy, op.backend
     probe_seconds = time_sync(op, 1).seconds
     probe = max(max(values) for values in backend.all_gather_floats(probe_seconds))
     count = budget.choose(size_bytes, probe) if backend.rank == 0 else 0
     count = backend.broadcast_object(count)
 
     # Sync samples ops; async samples windows of `ops_per_sample` ops.
-    ops_per_sample = 1 if mode == "sync" else max(1, math.ceil(count / ASYNC_WINDOWS))
-    if interlude is not None and mode != "sync":
-        ops_per_sample = min(ops_per_sample, interlude.every)  # a window never spans a check
+    ops_per_sample = 1 if split.mode == "sync" else min(max(1, math.ceil(count / ASYNC_WINDOWS)),
+                                                        split.largest())
     samples_wanted = math.ceil(count / ops_per_sample)
     first_batch = min(samples_wanted, max(policy.min_iters, 2 * MIN_SAMPLES_FOR_CI))
-    per_rank: list[list[float]] | None = None
-    per_rank_arrivals: list[list[float]] | None = None
+    series: list[list[list[float]] | None] = [None, None, None]  # seconds, arrivals, host seconds
     taken, batch = 0, first_batch
     while batch > 0:
-        if mode == "sync":
-            regions = _split_timed(op, mode, policy, batch, interlude)
+        if split.mode == "sync":
+            regions = split.timed(op, batch)
         else:
-            regions = []
-            for _ in range(batch):
-                regions.append(time_async(op, ops_per_sample))
-                if interlude is not None:
-                    interlude.after(ops_per_sample)
-        seconds, arrivals = _gather(backend, regions)
-        per_rank = _extend(per_rank, seconds)
-        per_rank_arrivals = _extend(per_rank_arrivals, arrivals)
+            regions = [split.window(op, ops_per_sample) for _ in range(batch)]
+        series = [_extend(mine, gathered) for mine, gathered in zip(series, _gather(backend, regions),
+                                                                    strict=True)]
         taken += batch
         if backend.rank == 0:
-            batch = _next_batch(slowest_rank_per_iteration(per_rank), taken, samples_wanted, policy)
+            batch = _next_batch(slowest_rank_per_iteration(series[0] or []), taken, samples_wanted, policy)
         batch = backend.broadcast_object(batch)
-    assert per_rank is not None and per_rank_arrivals is not None
-    return Sampled(per_rank, taken * ops_per_sample, per_rank_arrivals)
+    seconds, arrivals, host = (values or [] for values in series)
+    return Sampled(seconds, taken * ops_per_sample, arrivals, host)
 
 
 def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingPolicy) -> int:
@@ -175,19 +182,44 @@ def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingP
     return min(wanted - taken, taken)  # double what has been taken, within the budget
 
 
-def _split_timed(op: BoundOp, mode: str, policy: SamplingPolicy, iters: int, interlude: Interlude | None
-                 ) -> list[TimedRegion]:
-    """``iters`` timed ops as one region, or as regions of at most ``interlude.every`` ops with the
-    interlude's work between them."""
-    regions = []
-    remaining = iters
-    while remaining > 0:
-        ops = remaining if interlude is None else min(remaining, interlude.every)
-        regions.append(_timed(op, mode, policy, ops))
-        remaining -= ops
-        if interlude is not None:
-            interlude.after(ops)
-    return regions
+@dataclass(frozen=True)
+class Split:
+    """How timed ops are cut into regions: a sync batch or an async window never spans an interlude's
+    work, and an async window never holds more than ``max_window`` ops."""
+
+    mode: str
+    policy: SamplingPolicy
+    interlude: Interlude | None = None
+    max_window: int | None = None
+
+    def largest(self) -> int:
+        """The most ops one region may hold."""
+        limits = [1 << 62]
+        if self.interlude is not None:
+            limits.append(self.interlude.every)
+        if self.mode == "async" and self.max_window is not None:
+            limits.append(self.max_window)
+        return min(limits)
+
+    def timed(self, op: BoundOp, iters: int) -> list[TimedRegion]:
+        """``iters`` timed ops as one region, or as regions of at most ``largest()`` ops with the
+        interlude's work between them."""
+        regions = []
+        remaining = iters
+        while remaining > 0:
+            ops = min(remaining, self.largest())
+            regions.append(_timed(op, self.mode, self.policy, ops))
+            remaining -= ops
+            if self.interlude is not None:
+                self.interlude.after(ops)
+        return regions
+
+    def window(self, op: BoundOp, ops: int) -> TimedRegion:
+        """One async window of ``ops`` ops, then the interlude's turn."""
+        region = time_async(op, ops)
+        if self.interlude is not None:
+            self.interlude.after(ops)
+        return region
 
 
 def _timed(op: BoundOp, mode: str, policy: SamplingPolicy, iters: int) -> TimedRegion:
