@@ -107,9 +107,12 @@ class _SlowWork:
     def __init__(self, work, delay: float) -> None:
         self.work, self.delay = work, delay
 
-    def wait(self) -> bool:
+    def wait(self, timeout=None) -> bool:
         time.sleep(self.delay)
         return self.work.wait()
+
+    def is_completed(self) -> bool:
+        return self.work.is_completed()
 
 
 class _SlowCompletionBackend(TorchDistBackend):
@@ -147,6 +150,8 @@ def test_fixed_iters_turns_adaptation_off(tmp_path):
         ("sync", 7, 7), ("async", 7, 1), ("sync", 7, 7), ("async", 7, 1)]
     sync = rows[0]
     assert sync["ci95_rel"] is not None and sync["time_us_p99"] >= sync["time_us_p95"]
+    # on CPU the host's clock is the only clock: the host-observed time is the time
+    assert all(row["host_time_us_p50"] == row["time_us_p50"] for row in rows)
     assert len(sync["rank_mean_us"]) == 2 and len(sync["samples_us"]) == 7
 
 
@@ -155,13 +160,52 @@ def test_memory_guard_refuses_before_allocating(tmp_path):
     result = commbench("--collective", "all_gather_base", "--sizes", "1K,1M", "--max-memory", "256K",
                        "--iters", "2", "--json", str(tmp_path / "r.json"), "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    # 1 MiB all-gathered over 2 ranks: 512 KiB input + 1 MiB output per rank
-    assert "refused by --max-memory 256 KiB of buffers per rank: 1 MiB needs 1536 KiB (1572864 B)" \
-        in " ".join(result.stdout.split())
+    # 1 MiB all-gathered over 2 ranks: 512 KiB input + 1 MiB output per rank, and gloo's 1 MiB copy
+    assert "refused, not enough memory (--max-memory 256 KiB): 1 MiB needs 2.5 MiB per rank (1.5 MiB of " \
+           "buffers + 1 MiB of torch temporaries)" in " ".join(result.stdout.split())
     import json
 
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert [row["size_bytes"] for row in rows] == [1024]
+
+
+@pytest.mark.processes
+def test_a_size_beyond_the_available_memory_is_refused_naming_need_and_memory(tmp_path):
+    result = commbench("--sizes", "1K,99999G", "--iters", "2", "--json", str(tmp_path / "r.json"),
+                       "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "refused, not enough memory (" in text and "available (MemAvailable) shared by 2 ranks" in text
+    assert "99999 GiB needs 97.7 TiB per rank" in text and "--max-memory sets another budget" in text
+    assert "err == 0" not in result.stdout + result.stderr
+    import json
+
+    assert [row["size_bytes"] for row in json.loads((tmp_path / "r.json").read_text())["rows"]] == [1024]
+
+
+@pytest.mark.processes
+def test_an_allocation_that_fails_names_size_need_budget_and_max_memory(tmp_path):
+    # --max-memory above what the machine has: the size passes the plan, and its allocation fails
+    result = commbench("--sizes", "99999G", "--max-memory", "999999G", "--iters", "2",
+                       "--output-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "out of memory allocating size 99999 GiB: it needs 97.7 TiB per rank (97.7 TiB of buffers); " \
+           "within --max-memory 999999 GiB (RuntimeError) (on every rank)" in " ".join(result.stderr.split())
+    assert "err == 0" not in result.stderr
+
+
+@pytest.mark.processes
+def test_async_windows_hold_no_more_ops_than_memory_has_room_for(tmp_path):
+    result = commbench("--collective", "all_gather", "--sizes", "1M", "--mode", "async", "--iters", "8",
+                       "--max-memory", "4M", "--json", str(tmp_path / "r.json"),
+                       "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    # 1.5 MiB of buffers and 1 MiB per op in flight within 4 MiB: windows of 2 ops
+    assert "async windows hold at most this many ops" in " ".join(result.stdout.split())
+    import json
+
+    (row,) = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert (row["iters"], row["samples"]) == (8, 4)
 
 
 @pytest.mark.processes
