@@ -2,10 +2,12 @@
 
 Adaptive (the default), after Intel MPI Benchmarks' dynamic policy: one probe op is timed, the max over
 ranks is taken, and rank 0 chooses a count that fits the per-size time budget, between --min-iters and
---max-iters and never above the count of a smaller size. Ops then run in batches; after each batch rank 0
-computes the 95% confidence interval of the median and stops once it is within --precision. Every count
-is decided on rank 0 and broadcast, so all ranks run the same number of ops. A fixed --iters N turns
-adaptation off.
+--max-iters and never above the count of a smaller size (in sync mode a count between 6 and 19 becomes
+20, or --min-iters when 20 would not fit twice the budget: see ``sync_samples``). Ops then run in
+batches, the first of 20 samples (in sync mode the probe is the first of them: it is timed as every
+sample is); after each batch rank 0 computes the 95% confidence interval of the median and stops once
+it is within --precision. Every count is decided on rank 0 and broadcast, so all ranks run the same
+number of ops. A fixed --iters N turns adaptation off.
 
 Async mode samples windows: a fixed --iters N is one window of N ops; adaptively the count is split into
 windows of about a tenth of it, so the windows' per-op times have a median and an interval too.
@@ -25,6 +27,9 @@ from commbench.stats import MIN_SAMPLES_FOR_CI, ci95_rel, slowest_rank_per_itera
 from commbench.timing import BoundOp, TimedRegion, time_async, time_cuda_graph, time_sync
 
 ASYNC_WINDOWS = 10  # adaptive async mode splits its op count into about this many windows
+# Sync mode: no stop for precision before this many samples, and no interval from fewer (the 95%
+# interval of the median of n < 20 samples spans most of them; a fixed --iters 20 has [x6, x15]).
+SAMPLES_FOR_INTERVAL = 20
 
 
 @dataclass(frozen=True)
@@ -142,20 +147,19 @@ def collect(op: BoundOp, mode: str, budget: IterationBudget, size_bytes: int,
 
 def _collect_adaptive(op: BoundOp, split: "Split", budget: IterationBudget, size_bytes: int) -> Sampled:
     """Adaptive counts (see the module docstring): a probe, a count that fits the time budget, then
-    batches until the count is spent or the median is precise enough."""
+    batches until the count is spent or the median is precise enough. Every count is rank 0's."""
     policy, backend = budget.policy, op.backend
-    probe_seconds = time_sync(op, 1).seconds
-    probe = max(max(values) for values in backend.all_gather_floats(probe_seconds))
-    count = budget.choose(size_bytes, probe) if backend.rank == 0 else 0
-    count = backend.broadcast_object(count)
-
-    # Sync samples ops; async samples windows of `ops_per_sample` ops.
-    ops_per_sample = 1 if split.mode == "sync" else min(max(1, math.ceil(count / ASYNC_WINDOWS)),
-                                                        split.largest())
-    samples_wanted = math.ceil(count / ops_per_sample)
-    first_batch = min(samples_wanted, max(policy.min_iters, 2 * MIN_SAMPLES_FOR_CI))
-    series: list[list[list[float]] | None] = [None, None, None]  # seconds, arrivals, host seconds
-    taken, batch = 0, first_batch
+    probe_region = _gather(backend, [time_sync(op, 1, barrier_per_iter=policy.barrier_per_iter)])
+    probe = max(max(values) for values in probe_region[0])
+    plan = _sample_plan(split, budget, size_bytes, probe) if backend.rank == 0 else None
+    ops_per_sample, samples_wanted, batch = backend.broadcast_object(plan)
+    # seconds, arrivals, host seconds; in sync mode the probe, timed as every sample is, is the first
+    series: list[list[list[float]] | None] = [None, None, None]
+    taken = 0
+    if split.mode == "sync":
+        series, taken, batch = probe_region, 1, batch - 1
+        if split.interlude is not None:
+            split.interlude.after(1)
     while batch > 0:
         if split.mode == "sync":
             regions = split.timed(op, batch)
@@ -164,11 +168,42 @@ def _collect_adaptive(op: BoundOp, split: "Split", budget: IterationBudget, size
         series = [_extend(mine, gathered) for mine, gathered in zip(series, _gather(backend, regions),
                                                                     strict=True)]
         taken += batch
-        if backend.rank == 0:
-            batch = _next_batch(slowest_rank_per_iteration(series[0] or []), taken, samples_wanted, policy)
-        batch = backend.broadcast_object(batch)
+        batch = _agreed_next_batch(backend, series[0] or [], taken, samples_wanted, policy)
     seconds, arrivals, host = (values or [] for values in series)
     return Sampled(seconds, taken * ops_per_sample, arrivals, host)
+
+
+def _sample_plan(split: "Split", budget: IterationBudget, size_bytes: int, probe: float
+                 ) -> tuple[int, int, int]:
+    """(ops per sample, samples wanted, the first batch): sync mode samples ops, async mode windows."""
+    policy = budget.policy
+    count = budget.choose(size_bytes, probe)
+    if split.mode == "sync":
+        ops_per_sample, samples_wanted = 1, sync_samples(count, probe, policy)
+    else:
+        ops_per_sample = min(max(1, math.ceil(count / ASYNC_WINDOWS)), split.largest())
+        samples_wanted = math.ceil(count / ops_per_sample)
+    return ops_per_sample, samples_wanted, min(samples_wanted, max(policy.min_iters, SAMPLES_FOR_INTERVAL))
+
+
+def sync_samples(count: int, probe_seconds: float, policy: SamplingPolicy) -> int:
+    """How many sync samples to take of the ``count`` the time budget affords: that count, except
+    between MIN_SAMPLES_FOR_CI and SAMPLES_FOR_INTERVAL, where the median's interval would span most
+    of the samples: then SAMPLES_FOR_INTERVAL when they fit in twice --time-per-size, else --min-iters
+    (no interval claimed rather than one as wide as the samples)."""
+    if count < MIN_SAMPLES_FOR_CI or count >= SAMPLES_FOR_INTERVAL:
+        return count
+    if SAMPLES_FOR_INTERVAL * probe_seconds <= 2 * policy.time_per_size:
+        return min(SAMPLES_FOR_INTERVAL, policy.max_iters)
+    return min(count, policy.min_iters)
+
+
+def _agreed_next_batch(backend: Backend, per_rank: list[list[float]], taken: int, wanted: int,
+                       policy: SamplingPolicy) -> int:
+    """Rank 0's next batch, broadcast: every rank runs the same ops."""
+    batch = _next_batch(slowest_rank_per_iteration(per_rank), taken, wanted, policy) if backend.rank == 0 \
+        else 0
+    return backend.broadcast_object(batch)
 
 
 def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingPolicy) -> int:

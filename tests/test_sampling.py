@@ -10,7 +10,7 @@ import torch
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.collectives import REGISTRY
-from commbench.sampling import IterationBudget, SamplingPolicy, collect
+from commbench.sampling import IterationBudget, SamplingPolicy, collect, sync_samples
 from commbench.stats import median_ci95, summarize
 from commbench.timing import BoundOp, time_async
 from tests.dist_helpers import commbench, run_ranks
@@ -27,6 +27,15 @@ def test_count_fits_the_budget_between_the_bounds():
     assert budget.choose(1024, 0.001) == 500  # 0.5 s / 1 ms
     assert IterationBudget(_policy()).choose(1024, 1e-6) == 1000  # capped by --max-iters
     assert IterationBudget(_policy()).choose(1024, 2.0) == 5  # --min-iters even when over budget
+
+
+def test_sync_counts_give_an_interval_from_20_samples_or_none():
+    policy = _policy()  # 0.5 s per size, --min-iters 5
+    assert sync_samples(500, 0.001, policy) == 500
+    assert sync_samples(5, 0.1, policy) == 5  # too few for an interval: as budgeted
+    assert sync_samples(12, 0.04, policy) == 20  # 20 x 40 ms fit in twice the budget
+    assert sync_samples(8, 0.06, policy) == 5  # 20 x 60 ms would not: no interval
+    assert sync_samples(12, 0.01, _policy(max_iters=15)) == 15
 
 
 def test_count_never_rises_with_size():
@@ -96,8 +105,8 @@ def test_adaptive_counts_are_decided_once_for_all_ranks():
     assert counts == sorted(counts, reverse=True) and max(counts) <= 60 and min(counts) >= 3
     for (size, mode), (ops, samples) in results[0].items():
         assert ops <= 60  # rank 0's --max-iters; rank 1's 7 played no part...
-        if mode == "sync":
-            assert ops == samples <= chosen[size]
+        if mode == "sync":  # the count chosen, or 20 when it was between 6 and 19 (sync_samples)
+            assert ops == samples <= max(chosen[size], 20)
     assert any(ops > 7 for ops, _ in results[0].values())  # ...as this shows
 
 

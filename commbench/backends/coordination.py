@@ -157,10 +157,10 @@ class Coordinator:
 
     def agree_on_problem(self, phase: str, problem: str | None) -> str | None:
         """Every rank learns the first problem any rank found in ``phase`` (None: none did), so that all
-        stop, or all go on, together."""
+        stop, or all go on, together. A problem names the ranks it concerns itself."""
         deadline = time.monotonic() + self.timeout_s
         if problem is not None and self._call("add", f"{phase}/problems", 1) == 1:
-            self._call("set", f"{phase}/problem", f"rank {self.rank}: {problem}")
+            self._call("set", f"{phase}/problem", problem)
         self._phase_barrier(phase, "checked", deadline)
         return self._text(f"{phase}/problem")
 
