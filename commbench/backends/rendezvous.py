@@ -31,7 +31,6 @@ from commbench.errors import RunError, brief
 # down; commbench's own waits end at --timeout, so the watchdog waits this much longer, as a backstop
 # that leaves the run time to record its failure.
 WATCHDOG_MARGIN_S = 60.0
-CONTROL_DESCRIPTION = "commbench control"
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class Started:
     """What a started rank communicates through besides the measured communicator."""
 
     coordinator: Coordinator | None  # check-ins through the store; None without a store
-    control_group: Any  # the gloo side group for control traffic; None: the default group
+    control_group: Any  # the gloo backend for control traffic; None: the default group
     waiter: Waiter
 
 
@@ -153,8 +152,10 @@ class StartUp:
             return Started(None, None, Waiter(self.timeout_s))
         dist.init_process_group(backend=self.name, store=process_group_store(self._store, meeting.attempt),
                                 rank=meeting.rank, world_size=meeting.world_size, **options)
-        control = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.timeout_s),
-                                 **accepted_options(dist.new_group, {"group_desc": CONTROL_DESCRIPTION}))
+        # a gloo backend of its own over the store (control.py says why not new_group)
+        control_store = dist.PrefixStore(f"{key_prefix(meeting.attempt)}control/", self._store)
+        control = dist.ProcessGroupGloo(control_store, meeting.rank, meeting.world_size,
+                                        timedelta(seconds=self.timeout_s))
         coordinator = self.coordinator
         trouble = coordinator.trouble if coordinator is not None else None
         return Started(coordinator, control, Waiter(self.timeout_s, trouble))

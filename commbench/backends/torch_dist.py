@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.backends.base import Backend, CollectiveArgs
+from commbench.backends.control import ControlGroup
 from commbench.backends.coordination import StoreLost
 from commbench.backends.rendezvous import (
     Rendezvous,
@@ -57,7 +58,7 @@ class TorchDistBackend(Backend):
 
     Every collective is issued with ``async_op=True``; a sync call then waits on its handle at once
     through the ``Waiter`` (so no wait ever blocks past the deadline, see waiting.py). Control operations
-    (``barrier``, the gathers, ``broadcast_object``) run on ``started.control_group``.
+    (``barrier``, the gathers, ``broadcast_object``) run on a ControlGroup (control.py).
     """
 
     def __init__(self, name: str, device: torch.device, started: Started | None = None) -> None:
@@ -66,10 +67,10 @@ class TorchDistBackend(Backend):
         self._is_cuda = device.type == "cuda"
         started = started or Started(None, None, Waiter())
         self._coordinator = started.coordinator
-        self._control = started.control_group
-        # control traffic is host-side unless a hand-built NCCL backend has no side group
-        self._control_device = torch.device("cpu") if self._control is not None else device
         self._waiter = started.waiter
+        # control traffic on its own gloo group; on the default group where there is none (MPI without
+        # a store, or a backend made by hand on an initialised group)
+        self._control = ControlGroup(started.control_group or dist.group.WORLD, started.waiter)
         self._sync_event: Any = None
         self._aborted = False
         self._reduce_scatter_flat = _first_present(
@@ -318,37 +319,18 @@ class TorchDistBackend(Backend):
         self._sync_event.record()
         self._waiter.until(self._sync_event.query)
 
-    def _control_done(self, work: Any) -> None:
-        if self._control_device.type == "cpu":
-            self._waiter.work(work)
-        else:
-            self._settle(work)
-            self.sync_device()
-
     def barrier(self) -> None:
         self.sync_device()  # the device's work first: ranks leave the barrier with nothing pending
-        self._control_done(dist.barrier(self._control, True))
+        self._control.barrier()
 
     def all_gather_floats(self, values: list[float]) -> list[list[float]]:
-        world = dist.get_world_size(self._control)
-        local = torch.tensor(values, dtype=torch.float64, device=self._control_device)
-        gathered = torch.empty(world * len(values), dtype=torch.float64, device=self._control_device)
-        if self._all_gather_flat is not None:
-            work = self._all_gather_flat(gathered, local, self._control, True)
-        else:
-            work = dist.all_gather(list(gathered.chunk(world)), local, self._control, True)
-        self._control_done(work)
-        return gathered.view(world, len(values)).cpu().tolist()
+        return self._control.all_gather_floats(values)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
-        found: list[Any] = [None] * dist.get_world_size(self._control)
-        dist.all_gather_object(found, obj, self._control)
-        return found
+        return self._control.all_gather_object(obj)
 
     def broadcast_object(self, obj: Any, root: int = 0) -> Any:
-        holder = [obj]
-        dist.broadcast_object_list(holder, self._global_rank(self._control, root), self._control)
-        return holder[0]
+        return self._control.broadcast_object(obj, root)
 
 
 def barrier_device(device: torch.device) -> dict[str, Any]:
