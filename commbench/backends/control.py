@@ -20,12 +20,20 @@ from commbench.backends.waiting import Waiter
 
 
 class ControlGroup:
-    """Control operations over ``group`` (a gloo backend, or the default process group)."""
+    """Control operations over ``group``: a gloo backend, or (None) the default process group, looked
+    up at the first operation (a backend may be made before any group exists, to issue nothing)."""
 
     def __init__(self, group: Any, waiter: Waiter) -> None:
-        self._group = group
+        self._given = group
         self._waiter = waiter
-        self.world_size = group.size()
+
+    @property
+    def _group(self) -> Any:
+        return self._given if self._given is not None else dist.group.WORLD
+
+    @property
+    def world_size(self) -> int:
+        return self._group.size()
 
     def barrier(self) -> None:
         self._waiter.work(self._group.barrier(dist.BarrierOptions()))

@@ -70,7 +70,7 @@ class TorchDistBackend(Backend):
         self._waiter = started.waiter
         # control traffic on its own gloo group; on the default group where there is none (MPI without
         # a store, or a backend made by hand on an initialised group)
-        self._control = ControlGroup(started.control_group or dist.group.WORLD, started.waiter)
+        self._control = ControlGroup(started.control_group, started.waiter)
         self._sync_event: Any = None
         self._aborted = False
         self._reduce_scatter_flat = _first_present(
