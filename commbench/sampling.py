@@ -2,11 +2,11 @@
 
 Adaptive (the default), after Intel MPI Benchmarks' dynamic policy: one probe op is timed, the max over
 ranks is taken, and rank 0 chooses a count that fits the per-size time budget, between --min-iters and
---max-iters and never above the count of a smaller size (in sync mode a count between 6 and 19 becomes
-20, or --min-iters when 20 would not fit twice the budget: see ``sync_samples``). Ops then run in
-batches, the first of 20 samples (in sync mode the probe is the first of them: it is timed as every
-sample is); after each batch rank 0 computes the 95% confidence interval of the median and stops once
-it is within --precision. Every count is decided on rank 0 and broadcast, so all ranks run the same
+--max-iters and never above the count of a smaller size (in sync mode a count between 6 and 39 rises
+to 40 or 20 samples within twice the budget, else falls to --min-iters: see ``sync_samples``). Ops
+then run in batches, the first of 20 samples (in sync mode the probe is the first of them: it is timed
+as every sample is); after each batch rank 0 computes the 95% confidence interval of the median and
+stops once it is within --precision. Every count is decided on rank 0 and broadcast, so all ranks run the same
 number of ops. A fixed --iters N turns adaptation off.
 
 Async mode samples windows: a fixed --iters N is one window of N ops; adaptively the count is split into
@@ -187,15 +187,17 @@ def _sample_plan(split: "Split", budget: IterationBudget, size_bytes: int, probe
 
 
 def sync_samples(count: int, probe_seconds: float, policy: SamplingPolicy) -> int:
-    """How many sync samples to take of the ``count`` the time budget affords: that count, except
-    between MIN_SAMPLES_FOR_CI and SAMPLES_FOR_INTERVAL, where the median's interval would span most
-    of the samples: then SAMPLES_FOR_INTERVAL when they fit in twice --time-per-size, else --min-iters
-    (no interval claimed rather than one as wide as the samples)."""
-    if count < MIN_SAMPLES_FOR_CI or count >= SAMPLES_FOR_INTERVAL:
+    """How many sync samples to take of the ``count`` the time budget affords. Below
+    MIN_SAMPLES_FOR_CI no interval is possible: ``count``. Up to 2 x SAMPLES_FOR_INTERVAL the median's
+    interval is no narrower than a fixed --iters 20's, or spans most of the samples: the count rises to
+    the next of 20 and 40 samples that fits in twice --time-per-size, or, when not even 20 fit, falls to
+    --min-iters (no interval claimed rather than one as wide as the samples)."""
+    if count < MIN_SAMPLES_FOR_CI or count >= 2 * SAMPLES_FOR_INTERVAL:
         return count
-    if SAMPLES_FOR_INTERVAL * probe_seconds <= 2 * policy.time_per_size:
-        return min(SAMPLES_FOR_INTERVAL, policy.max_iters)
-    return min(count, policy.min_iters)
+    for samples in (2 * SAMPLES_FOR_INTERVAL, SAMPLES_FOR_INTERVAL):
+        if samples * probe_seconds <= 2 * policy.time_per_size:
+            return min(max(samples, count), policy.max_iters)
+    return count if count >= SAMPLES_FOR_INTERVAL else min(count, policy.min_iters)
 
 
 def _agreed_next_batch(backend: Backend, per_rank: list[list[float]], taken: int, wanted: int,

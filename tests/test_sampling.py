@@ -33,6 +33,8 @@ def test_sync_counts_give_an_interval_from_20_samples_or_none():
     policy = _policy()  # 0.5 s per size, --min-iters 5
     assert sync_samples(500, 0.001, policy) == 500
     assert sync_samples(5, 0.1, policy) == 5  # too few for an interval: as budgeted
+    assert sync_samples(25, 0.02, policy) == 40  # 40 x 20 ms fit in twice the budget
+    assert sync_samples(30, 0.03, policy) == 30  # 40 x 30 ms would not; 30 are more than 20
     assert sync_samples(12, 0.04, policy) == 20  # 20 x 40 ms fit in twice the budget
     assert sync_samples(8, 0.06, policy) == 5  # 20 x 60 ms would not: no interval
     assert sync_samples(12, 0.01, _policy(max_iters=15)) == 15
