@@ -33,6 +33,7 @@ from commbench.config import (
     run_config,
 )
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
+from commbench.patterns.commands import pattern_group
 from commbench.sweepfile import load_sweep
 
 DEFAULTS = flat_fields(RunConfig())
@@ -147,6 +148,15 @@ def cli() -> None:
               help="Messages in flight per op for p2p_uni and p2p_bidir.")
 @click.option("--premul-factor", type=float, default=DEFAULTS["premul_factor"], show_default=True,
               help="The factor of --op premul_sum (NCCL only).")
+@click.option("--nccl-debug", is_flag=True,
+              help="Run with NCCL's INFO log (INIT, TUNING, COLL) in per-rank files beside the results; rows "
+                   "get NCCL's algorithm, protocol, channels and transport.")
+@click.option("--expect", default=None, metavar="FILE|NAME",
+              help="Judge each row PASS, WARN or FAIL against a baseline: a YAML file or a name from "
+                   "configs/baselines.yaml (docs/provenance.md).")
+@click.option("--fail-below", type=float, default=None, metavar="PCT",
+              help="Exit 1 when a row's busbw is below PCT percent of its --expect busbw, or without "
+                   "--expect of its link peak.")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **options: Any) -> int:
     """Benchmark collectives over a range of message sizes (the default command)."""
@@ -264,56 +274,41 @@ def report(files: tuple[str, ...], output_path: str) -> None:
     report_command(list(files), output_path)
 
 
-@cli.group(invoke_without_command=True)
-@click.pass_context
-def pattern(ctx: click.Context) -> int:
-    """Workload patterns: the collectives of a training step, as a training stack issues them."""
-    if ctx.invoked_subcommand is None:  # `commbench pattern` alone lists the patterns
-        click.echo(ctx.get_help())
-    return 0
+# The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns; they share the launch options.
+cli.add_command(pattern_group(launch_options))
 
 
-@pattern.command("fsdp")
-@click.option("--model", "model", default="gpt2-small", show_default=True,
-              help="A preset (configs/models: gpt2-small, llama-7b, tiny) or a YAML file of units and "
-                   "parameter shapes.")
-@click.option("--layers", type=int, default=None,
-              help="Keep only the model's first N layer units (cuts a big model down for CPU).")
-@click.option("--bucket-mb", "buckets", default="unit", show_default=True,
-              help="Comma list of reduce-scatter bucketings: 'unit' (one per FSDP unit) or a bucket size in "
-                   "MiB (0: one reduce-scatter per parameter), e.g. unit,0,1,5,25,100.")
-@click.option("--predivide", type=float, default=None,
-              help="Divide gradients by this before the reduce-scatter [default: FSDP's split of the world "
-                   "size near its square root].")
-@click.option("--postdivide", type=float, default=None,
-              help="Divide reduced gradients by this [default: world size / predivide].")
-@click.option("--fallback", type=click.Choice(["none", "list"]), default="none", show_default=True,
-              help="'list': list reduce_scatter and all_gather over views instead of the flat APIs.")
-@click.option("--reshard/--no-reshard", default=True, show_default=True,
-              help="Re-gather each unit's parameters in the backward pass (FSDP's FULL_SHARD).")
-@click.option("--overlap", is_flag=True,
-              help="Also time the step with a matmul per unit and pass while collectives are in flight.")
-@click.option("--compute-size", default="auto", show_default=True,
-              help="The --overlap matmul's size N (N x N), or auto: as long as the communication.")
-@click.option("--check", is_flag=True,
-              help="Verify gathered parameters and reduced gradients, bucketed against unbucketed.")
-@click.option("--dtype", default="float32", show_default=True,
-              help="Parameter and gradient dtype: float32, bfloat16, float16 or float64.")
-@click.option("--warmup", type=int, default=0, show_default=True, help="Untimed steps per bucketing.")
-@click.option("--iters", type=int, default=3, show_default=True, help="Timed steps per bucketing.")
+@cli.command("env")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text, or the JSON record every run stores per host.")
+def env_command(output_format: str) -> None:
+    """This host's hardware and software, as every run records it; starts no process group."""
+    from commbench.provenance.describe import print_env
+
+    print_env(output_format)
+
+
+@cli.command("replay")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+@click.option("--select", default="all", show_default=True, help="all, seq:A-B or last:N (docs/replay.md).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed passes.")
+@click.option("--iters", type=int, default=5, show_default=True, help="Timed passes.")
+@click.option("--keep-gaps", is_flag=True, help="Keep each operation's recorded offset within a pass.")
+@click.option("--check", is_flag=True, help="One more pass with known values; count wrong elements.")
+@click.option("--record", metavar="PREFIX", help="One more pass, recorded as the input was, to PREFIX<rank>.")
 @launch_options
 @click.option("--quiet", is_flag=True, help="Print nothing but errors; files are still written.")
 @click.pass_context
-def fsdp(ctx: click.Context, buckets: str, **options) -> int:
-    """One FSDP training step per unit of a model: all-gathers, padded and divided reduce-scatters,
-    bucketing, and (--overlap) their overlap with compute."""
-    from commbench.launch import launch
-    from commbench.patterns.fsdp import FsdpConfig, resolve_fsdp, run_fsdp
+def replay(ctx: click.Context, traces: tuple[str, ...], **options: Any) -> int:
+    """Replay and time a job's communication from torch's Flight Recorder dumps or profiler traces
+    (one per rank); without a launcher or --nproc, as many ranks as recorded. See docs/replay.md."""
+    from commbench.replay.command import ReplayConfig, launch_replay, resolve_replay
 
     launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
+    if ctx.get_parameter_source("nproc") != ParameterSource.COMMANDLINE:
+        launch_values["nproc"] = 0  # as many ranks as the recording has
     setup = LaunchConfig(**launch_values, argv=list(ctx.obj["argv"]))
-    config = FsdpConfig(launch=setup, buckets=parse_list(buckets) or [buckets], **options)
-    return launch([resolve_fsdp(config)], work=run_fsdp)
+    return launch_replay(resolve_replay(ReplayConfig(launch=setup, traces=list(traces), **options)))
 
 
 @cli.command("list")

@@ -7,7 +7,11 @@ and whether the difference is significant: a two-sided Mann-Whitney U test on th
 per-iteration samples (samples_us), p below --significance-level. A row with fewer than 2 samples on
 either side (an async window is one sample) cannot be tested. Per collective, the geometric mean of the
 ratios summarises the pairs. --fail-above PCT is a regression gate: it fails (exit 1) when a
-significant slowdown is more than PCT percent (ratio > 1 + PCT/100).
+significant slowdown is more than PCT percent (ratio > 1 + PCT/100), and when the files do not measure
+the same points (no rows in common, or rows in only one of them): a gate that compared nothing passes
+nothing. Without a gate that mismatch is a warning on stderr.
+
+Rows are matched by a join of the runs' frames (commbench.frame) on the key and the occurrence number.
 """
 
 import math
@@ -15,11 +19,14 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
 from scipy.stats import mannwhitneyu
 
 from commbench.console import TextTable, make_console, markdown_table, print_table
 from commbench.errors import UsageError
-from commbench.results import Row, SavedRun, load_run
+from commbench.frame import rows_frame
+from commbench.results import KEY_FIELDS, Row, SavedRun, expand_paths, load_run
 from commbench.sizes import format_size
 
 
@@ -72,41 +79,45 @@ def rank_test_p_value(base: Row, new: Row) -> float | None:
 
 
 def pair_rows(base: Row, new: Row, significance_level: float) -> Pair:
-    ratio = new.time_us_p50 / base.time_us_p50 if base.time_us_p50 > 0 else None
+    measured = base.time_us_p50 is not None and new.time_us_p50 is not None and base.time_us_p50 > 0
+    ratio = new.time_us_p50 / base.time_us_p50 if measured else None
     p_value = rank_test_p_value(base, new)
     return Pair(base, new, ratio, p_value, p_value is not None and p_value < significance_level)
 
 
+def _keyed(rows: list[Row]) -> pd.DataFrame:
+    """The rows' keys, each row's position, and its occurrence among earlier rows of the same key."""
+    frame = rows_frame(rows)[list(KEY_FIELDS)]
+    frame["position"] = range(len(frame))
+    frame["occurrence"] = frame.groupby(list(KEY_FIELDS), sort=False, dropna=False).cumcount()
+    return frame
+
+
 def compare_runs(base: SavedRun, new: SavedRun, significance_level: float = 0.05) -> RunComparison:
-    waiting: dict[tuple, list[Row]] = {}
-    for row in new.rows:
-        waiting.setdefault(row.key(), []).append(row)
-    pairs, only_base = [], []
-    for row in base.rows:
-        candidates = waiting.get(row.key())
-        if candidates:
-            pairs.append(pair_rows(row, candidates.pop(0), significance_level))
-        else:
-            only_base.append(row)
-    left = {id(row) for rows in waiting.values() for row in rows}
-    only_new = [row for row in new.rows if id(row) in left]
+    # A left join keeps the base's order; keys match with their missing parts (NaN) equal.
+    joined = _keyed(base.rows).merge(_keyed(new.rows), on=[*KEY_FIELDS, "occurrence"], how="left",
+                                     suffixes=("_base", "_new"), indicator=True)
+    both = joined[joined["_merge"] == "both"]
+    pairs = [pair_rows(base.rows[b], new.rows[int(n)], significance_level)
+             for b, n in zip(both["position_base"], both["position_new"], strict=True)]
+    only_base = [base.rows[b] for b in joined.loc[joined["_merge"] == "left_only", "position_base"]]
+    paired = set(both["position_new"].astype(int))
+    only_new = [row for position, row in enumerate(new.rows) if position not in paired]
     return RunComparison(base, new, pairs, only_base, only_new)
 
 
 def geometric_means(pairs: Iterable[Pair]) -> dict[str, tuple[float, int, int, int]]:
     """Per collective: (geometric mean ratio, pairs, significantly slower, significantly faster)."""
-    logs: dict[str, list[float]] = {}
-    slower: dict[str, int] = {}
-    faster: dict[str, int] = {}
-    for pair in pairs:
-        if pair.ratio is None or pair.ratio <= 0:
-            continue
-        name = pair.base.collective
-        logs.setdefault(name, []).append(math.log(pair.ratio))
-        slower[name] = slower.get(name, 0) + (pair.significant and pair.ratio > 1)
-        faster[name] = faster.get(name, 0) + (pair.significant and pair.ratio < 1)
-    return {name: (math.exp(sum(values) / len(values)), len(values), slower[name], faster[name])
-            for name, values in logs.items()}
+    table = pd.DataFrame([(pair.base.collective, pair.ratio, pair.significant) for pair in pairs],
+                         columns=["collective", "ratio", "significant"]).astype({"ratio": "float64"})
+    table = table[table["ratio"] > 0].assign(
+        log=lambda t: np.log(t["ratio"]), slower=lambda t: t["significant"] & (t["ratio"] > 1),
+        faster=lambda t: t["significant"] & (t["ratio"] < 1))
+    means = table.groupby("collective", sort=False).agg(
+        log=("log", "mean"), pairs=("log", "size"), slower=("slower", "sum"), faster=("faster", "sum"))
+    return {str(name): (math.exp(found["log"]), int(found["pairs"]), int(found["slower"]),
+                        int(found["faster"]))
+            for name, found in means.iterrows()}
 
 
 # --- presentation -------------------------------------------------------------------------------
@@ -178,59 +189,106 @@ def _status_note(run: SavedRun) -> str | None:
     return None
 
 
+def coverage_problem(comparison: RunComparison) -> str | None:
+    """What the two files do not both measure, in one line; None when every row has its pair."""
+    base, new = comparison.base, comparison.new
+    if not comparison.pairs:
+        def what(run: SavedRun) -> str:
+            return ", ".join(dict.fromkeys(row.collective for row in run.rows)) or "no rows"
+        return f"{new.path}: no rows in common with {base.path} (base: {what(base)}; new: {what(new)})"
+    if comparison.only_base or comparison.only_new:
+        return (f"{new.path}: {len(comparison.only_base)} rows only in {base.path} and "
+                f"{len(comparison.only_new)} only in {new.path}: the files do not measure the same points")
+    return None
+
+
+@dataclass
+class Printer:
+    """compare's stdout, as console text or Markdown."""
+
+    markdown: bool
+
+    def __post_init__(self) -> None:
+        self.console = make_console()
+
+    def say(self, text: str) -> None:
+        if self.markdown:
+            print(text)
+        else:
+            self.console.print(text, markup=False, highlight=False)
+
+    def show(self, table: TextTable) -> None:
+        if self.markdown:
+            print(markdown_table(table))
+        else:
+            print_table(self.console, table)
+
+    def item(self, text: str) -> None:
+        self.say(f"- {text}" if self.markdown else f"  {text}")
+
+
+def show_comparison(out: Printer, comparison: RunComparison) -> None:
+    heading = f"base {comparison.base.describe()} vs new {comparison.new.describe()}"
+    out.say(f"## {heading}\n" if out.markdown else heading)
+    for run in (comparison.base, comparison.new):
+        note = _status_note(run)
+        if note:
+            out.say(note)
+    if not comparison.pairs:
+        out.say("no rows in common")
+    for table in pair_tables(comparison):
+        out.show(table)
+    if comparison.pairs:
+        out.show(summary_table(comparison))
+    for line in unmatched_lines(comparison):
+        out.say(f"    {line}" if out.markdown and line.startswith("  ") else line)
+
+
+def gate_verdict(out: Printer, fail_above: float, slowdowns: list[str], mismatches: list[str]) -> int:
+    """Print the regression gate's verdict (stdout, and one stderr line per kind of failure); its status."""
+    gate = f"regression gate (--fail-above {fail_above:g}%)"
+    if slowdowns:
+        out.say(f"{gate}: FAILED, {len(slowdowns)} significant slowdowns above {fail_above:g}%:")
+        for line in slowdowns:
+            out.item(line)
+        print(f"commbench: regression: {len(slowdowns)} significant slowdowns above {fail_above:g}% "
+              f"(first: {slowdowns[0]})", file=sys.stderr)
+    if mismatches:
+        which = "1 comparison does" if len(mismatches) == 1 else f"{len(mismatches)} comparisons do"
+        out.say(f"{gate}: FAILED, {which} not cover the same rows:")
+        for line in mismatches:
+            out.item(line)
+        print(f"commbench: regression gate: {mismatches[0]}"
+              + (f" (and {len(mismatches) - 1} more comparisons)" if len(mismatches) > 1 else ""),
+              file=sys.stderr)
+    if slowdowns or mismatches:
+        return 1
+    out.say(f"{gate}: passed, no significant slowdown above {fail_above:g}%")
+    return 0
+
+
 def compare_command(paths: list[str], fail_above: float | None, significance_level: float,
                     markdown: bool) -> int:
-    if len(paths) < 2:
-        raise UsageError("compare needs at least two results files: BASE.json NEW.json [MORE.json ...]")
     if not 0 < significance_level < 1:
         raise UsageError(f"--significance-level {significance_level:g} must be between 0 and 1")
     if fail_above is not None and fail_above < 0:
         raise UsageError(f"--fail-above {fail_above:g} must not be negative")
-    runs = [load_run(path) for path in paths]  # every file is read before anything is printed
-    console = make_console()
-
-    def say(text: str) -> None:
-        if markdown:
-            print(text)
-        else:
-            console.print(text, markup=False, highlight=False)
-
-    def show(table: TextTable) -> None:
-        if markdown:
-            print(markdown_table(table))
-        else:
-            print_table(console, table)
-
-    failures: list[str] = []
+    files = expand_paths(paths)
+    if len(files) < 2:
+        raise UsageError("compare needs at least two results files: BASE.json NEW.json [MORE.json ...]")
+    runs = [load_run(path) for path in files]  # every file is read before anything is printed
+    out = Printer(markdown)
+    slowdowns: list[str] = []
+    mismatches: list[str] = []
     for new in runs[1:]:
         comparison = compare_runs(runs[0], new, significance_level)
-        heading = f"base {comparison.base.describe()} vs new {comparison.new.describe()}"
-        say(f"## {heading}\n" if markdown else heading)
-        for run in (comparison.base, comparison.new):
-            note = _status_note(run)
-            if note:
-                say(note)
-        if not comparison.pairs:
-            say("no rows in common")
-        for table in pair_tables(comparison):
-            show(table)
-        if comparison.pairs:
-            show(summary_table(comparison))
-        for line in unmatched_lines(comparison):
-            say(f"    {line}" if markdown and line.startswith("  ") else line)
+        show_comparison(out, comparison)
+        problem = coverage_problem(comparison)
+        if problem and fail_above is None:
+            print(f"commbench: warning: {problem}", file=sys.stderr)
+        elif problem:
+            mismatches.append(problem)
         if fail_above is not None:
             regressions = comparison.regressions(fail_above)
-            failures.extend(f"{new.path}: {describe_pair(pair)}" for pair in regressions)
-    if fail_above is None:
-        return 0
-    if failures:
-        say(f"regression gate (--fail-above {fail_above:g}%): FAILED, {len(failures)} significant "
-            f"slowdowns above {fail_above:g}%:")
-        for line in failures:
-            say(f"- {line}" if markdown else f"  {line}")
-        print(f"commbench: regression: {len(failures)} significant slowdowns above {fail_above:g}% "
-              f"(first: {failures[0]})", file=sys.stderr)
-        return 1
-    say(f"regression gate (--fail-above {fail_above:g}%): passed, no significant slowdown above "
-        f"{fail_above:g}%")
-    return 0
+            slowdowns.extend(f"{new.path}: {describe_pair(pair)}" for pair in regressions)
+    return 0 if fail_above is None else gate_verdict(out, fail_above, slowdowns, mismatches)

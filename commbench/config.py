@@ -20,6 +20,7 @@ from commbench.collectives import MODES, PLACEMENTS, resolve_collectives
 from commbench.dtypes import canonical_dtype, element_size
 from commbench.errors import UsageError, did_you_mean
 from commbench.groups import check_group_options, split_world
+from commbench.provenance.baselines import check_judging
 from commbench.sizes import parse_size, parse_sizes
 from commbench.splits import DEFAULT_SPLITS, SplitSpec, check_element_sizes, check_world_size, parse_splits
 
@@ -50,6 +51,9 @@ class LaunchConfig:
     quiet: bool = False
     per_rank: bool = False  # print each rank's mean time and arrival skew
     skew_threshold_percent: float = 25.0  # a skew above this % of the p50 time names the straggler
+    nccl_debug: bool = False  # NCCL's INFO log beside the results; rows get NCCL's choices (provenance)
+    expect: str | None = None  # a baselines file or a shipped baseline's name: a verdict per row
+    fail_below: float | None = None  # exit 1 when a row's busbw is below this % of its reference
     argv: list[str] = field(default_factory=list)  # the command line, recorded with results
 
 
@@ -102,12 +106,20 @@ class RunConfig:
         self.check_span(plan.size, whole_world=plan.is_world)
 
     def check_span(self, ranks: int, whole_world: bool) -> None:
-        """UsageError when the root or a splits file does not fit a collective over ``ranks`` ranks."""
+        """UsageError when the root or a splits file does not fit a collective over ``ranks`` ranks, or
+        when no size is left to measure (every one too small for an element per rank)."""
         if self.root >= ranks:
             where = f"the world of {ranks} ranks" if whole_world else f"a group of {ranks} ranks"
             raise UsageError(f"--root {self.root} is outside {where}")
         if self.split_matrix is not None:  # a splits file must be n x n, n the group size
             check_world_size(split_spec(self), ranks)
+        from commbench.planning import plan_tables  # planning builds on this module
+
+        tables, notes = plan_tables(self, ranks)
+        if not any(table.sizes for table in tables):
+            why = f": {notes[0]}" if notes else ""
+            name = f"benchmark {self.name!r}: " if self.name else ""
+            raise UsageError(f"{name}nothing to measure at {ranks} ranks{why}")
 
 
 LAUNCH_FIELDS = tuple(f.name for f in fields(LaunchConfig))
@@ -206,6 +218,7 @@ def resolve_launch(launch: LaunchConfig) -> LaunchConfig:
     check_group_options(launch.group_size, launch.group_layout, launch.groups)
     if launch.skew_threshold_percent < 0:
         raise UsageError(f"--skew-threshold {launch.skew_threshold_percent:g} must not be negative")
+    check_judging(launch.expect, launch.fail_below)
     if launch.output_format not in OUTPUT_FORMATS:
         raise UsageError(f"unknown format {launch.output_format!r}"
                          f"{did_you_mean(launch.output_format, list(OUTPUT_FORMATS))}; "

@@ -42,7 +42,8 @@ def header_line(meta: RunMeta) -> str:
                   if groups.get("count", 1) > 1 else "")
     return (f"commbench {meta.commbench_version} · backend {meta.backend} · device {meta.device} · "
             f"world size {meta.world_size}{group_text} · torch {meta.torch_version}{versions} · "
-            f"{host_text} · launcher {meta.launcher} · run {meta.run_id}")
+            f"{host_text} · launcher {meta.launcher} · run {meta.run_id} · "
+            "sizes in binary units (1K = 1024 B)")
 
 
 def _number(value: float | None, digits: int = 2) -> str:

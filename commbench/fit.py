@@ -4,14 +4,26 @@
 bytes per second, in the same size convention as algbw). The fit is weighted least squares on the p50
 times with weights 1/t², i.e. it minimises the squared *relative* error: without weights the largest
 sizes, whose times are thousands of times longer, would decide everything and α would be noise.
+
+A fit is marked unreliable (docs/fit.md), everywhere it is shown and in the saved "reliability", when
+- β is extrapolated: β above EXTRAPOLATION_FACTOR (2) times the highest algbw measured among its points.
+  In the model algbw(s) = β·s/(s + α·β), so a sweep whose algbw never reached β/2 stopped below the
+  half-bandwidth size n½ = α·β, and β says what larger messages would do, not what was seen;
+- or the model does not describe the points: rms relative error above ERROR_LIMIT (25%).
 """
 
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from commbench.results import Row
+from commbench.results import SERIES_FIELDS, Row
+
+if TYPE_CHECKING:
+    import pandas
+
+EXTRAPOLATION_FACTOR = 2.0  # β above this times the best algbw measured: the sweep stopped below n½ = αβ
+ERROR_LIMIT = 0.25  # rms relative error above which the model does not describe the points
 
 
 @dataclass(frozen=True)
@@ -20,6 +32,21 @@ class HockneyFit:
     beta_gbps: float | None  # bandwidth; None when the time does not grow with size
     points: int
     rms_relative_error: float  # how well the model describes the points (0.05: 5% off on average)
+    peak_algbw_gbps: float  # the highest size/time among the points: the best algbw the sweep measured
+
+    def problems(self) -> list[str]:
+        """Why the fit should not be quoted as the link's α and β: [] when nothing is wrong."""
+        found = []
+        if self.beta_gbps is not None and self.beta_gbps > EXTRAPOLATION_FACTOR * self.peak_algbw_gbps:
+            found.append("extrapolated")
+        if self.rms_relative_error > ERROR_LIMIT:
+            found.append("poor fit")
+        return found
+
+    @property
+    def reliability(self) -> str:
+        """'ok', 'extrapolated', 'poor fit' or 'extrapolated, poor fit' (saved with each fit)."""
+        return ", ".join(self.problems()) or "ok"
 
 
 def fit_hockney(sizes_bytes: list[float], times_us: list[float]) -> HockneyFit | None:
@@ -49,7 +76,9 @@ def fit_hockney(sizes_bytes: list[float], times_us: list[float]) -> HockneyFit |
     residuals = [(t - alpha - s * per_byte) / t for s, t in points]
     rms = math.sqrt(sum(r * r for r in residuals) / len(residuals))
     beta = 1e-3 / per_byte if per_byte > 0 else None  # bytes/µs = 1e6 B/s; GB/s = 1e-3 bytes/µs
-    return HockneyFit(alpha_us=alpha, beta_gbps=beta, points=len(points), rms_relative_error=rms)
+    peak = max(s / t for s, t in points) * 1e-3
+    return HockneyFit(alpha_us=alpha, beta_gbps=beta, points=len(points), rms_relative_error=rms,
+                      peak_algbw_gbps=peak)
 
 
 @dataclass(frozen=True)
@@ -73,22 +102,28 @@ class SeriesFit:
         return {**self.series, "benchmark": self.benchmark, **asdict(self.fit),
                 "beta_bus_gbps": self.beta_bus_gbps, "busbw_factor": self.busbw_factor,
                 "min_size_bytes": self.min_size_bytes, "max_size_bytes": self.max_size_bytes,
-                "weights": "1/t^2"}
+                "weights": "1/t^2", "reliability": self.fit.reliability}
 
 
 def fit_rows(rows: Iterable[Row]) -> list[SeriesFit]:
     """One fit per benchmark and series with at least two sizes that move data, in first-seen order."""
-    groups: dict[tuple, list[Row]] = {}
-    for row in rows:
-        if row.size_bytes > 0:
-            groups.setdefault((row.benchmark, tuple(row.series().items())), []).append(row)
+    from commbench.frame import rows_frame  # pandas loads on first use: every rank imports this module
+
+    return fit_frame(rows_frame(rows))
+
+
+def fit_frame(frame: "pandas.DataFrame") -> list[SeriesFit]:
+    """fit_rows over a frame of one run's rows (commbench.load's, filtered to one path)."""
+    from commbench.frame import native
+
     fits = []
-    for (benchmark, series), members in groups.items():
-        found = fit_hockney([row.size_bytes for row in members], [row.time_us_p50 for row in members])
+    sized = frame[frame["size_bytes"] > 0]
+    for key, members in sized.groupby(["benchmark", *SERIES_FIELDS], sort=False, dropna=False):
+        found = fit_hockney(members["size_bytes"].tolist(), members["time_us_p50"].tolist())
         if found is not None:
-            fits.append(SeriesFit(dict(series), benchmark, found, members[0].busbw_factor,
-                                  min(row.size_bytes for row in members),
-                                  max(row.size_bytes for row in members)))
+            series = {name: native(value) for name, value in zip(SERIES_FIELDS, key[1:], strict=True)}
+            fits.append(SeriesFit(series, native(key[0]), found, native(members["busbw_factor"].iloc[0]),
+                                  native(members["size_bytes"].min()), native(members["size_bytes"].max())))
     return fits
 
 
@@ -112,8 +147,23 @@ def describe_fit(alpha_us: float, beta_gbps: float | None, beta_bus_gbps: float 
     return f"α = {_significant(alpha_us)} µs, β = {_significant(beta_gbps)} GB/s{bus}"
 
 
+def unreliable_text(fit: HockneyFit) -> str:
+    """Why a fit is unreliable, in words ('' when it is not): what the console, nccl-tests and the report
+    print after the fit."""
+    reasons = []
+    if "extrapolated" in fit.problems():
+        times = fit.beta_gbps / fit.peak_algbw_gbps
+        reasons.append(f"β extrapolated, {_significant(times)}x the highest algbw measured "
+                       f"({_significant(fit.peak_algbw_gbps)} GB/s)")
+    if "poor fit" in fit.problems():
+        reasons.append(f"fit error {fit.rms_relative_error:.0%} rms, over {ERROR_LIMIT:.0%}")
+    return f"unreliable: {'; '.join(reasons)}" if reasons else ""
+
+
 def fit_line(fit: SeriesFit, with_mode: bool) -> str:
     prefix = f"{fit.series.get('mode', '')} " if with_mode else ""
     error = fit.fit.rms_relative_error
-    quality = f", fit error {error:.0%} rms" if error >= 0.005 else ""
-    return f"{prefix}α-β fit: {describe_fit(fit.fit.alpha_us, fit.fit.beta_gbps, fit.beta_bus_gbps)}{quality}"
+    quality = f", fit error {error:.0%} rms" if 0.005 <= error <= ERROR_LIMIT else ""
+    warning = f" · {unreliable_text(fit.fit)}" if fit.fit.problems() else ""
+    described = describe_fit(fit.fit.alpha_us, fit.fit.beta_gbps, fit.beta_bus_gbps)
+    return f"{prefix}α-β fit: {described}{quality}{warning}"

@@ -142,7 +142,7 @@ class JsonLinesReporter(ReporterBase):
 
 
 class SilentReporter(ReporterBase):
-    """--quiet: nothing on the console; the files are written all the same."""
+    """--quiet: nothing on stdout; the one line saying where the files are goes to stderr."""
 
     def header(self, meta: RunMeta) -> None:
         pass
@@ -157,7 +157,7 @@ class SilentReporter(ReporterBase):
         pass
 
     def files(self, paths: Iterable[str]) -> None:
-        pass
+        print(f"results: {', '.join(paths)}", file=sys.stderr, flush=True)
 
 
 Reporter = ConsoleReporter | NcclTestsReporter | JsonLinesReporter | SilentReporter

@@ -7,7 +7,8 @@ Nobody launched us: spawn.py starts local ranks that re-run the same command lin
 
 import os
 import signal
-import socket
+import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +18,12 @@ from commbench import devices
 from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed
 from commbench.config import Benchmark, LaunchConfig
-from commbench.devices import MemoryBudget
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
 from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.output import NullOutput, Output
+from commbench.placement import host_name, memory_budget, place
+from commbench.provenance.describe import hardware_summary
+from commbench.provenance.run import RunProvenance
 from commbench.recording import Recording, build_meta
 from commbench.results import Row
 from commbench.runner import Session, sweep_failure
@@ -28,12 +31,11 @@ from commbench.sizes import parse_size
 from commbench.spawn import LAUNCHER_ENV, spawn_local
 
 if TYPE_CHECKING:
-    from commbench.backends.rendezvous import Rendezvous, StartUp
+    from commbench.backends.rendezvous import Rendezvous
 
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
 Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
-HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the system's says too little
 # Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
 # would; the others must then time out at that size and name it.
 TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
@@ -123,8 +125,47 @@ def launch(benchmarks: Sequence[Benchmark], work: Work, environ: Mapping[str, st
     info = detect(environ, setup.backend)
     if info is None:
         check_local_launch(benchmarks)
+        check_output_location(setup)
+        announce_local_ranks(setup)
         return spawn_local(setup.argv, setup.nproc)
+    if info.rank == 0:
+        check_output_location(setup)
     return run_rank(list(benchmarks), info, environ, work)
+
+
+def announce_local_ranks(setup: LaunchConfig) -> None:
+    """Before the ranks start (seconds, with torch to import): say so to a person at a terminal, and
+    warn when they outnumber the cores they will share, since every time measured then includes
+    waiting for a core."""
+    cores = len(os.sched_getaffinity(0))
+    if setup.device == "cpu" and setup.nproc > cores:
+        print(f"commbench: warning: {setup.nproc} local ranks share {cores} CPU cores, so every time "
+              f"includes waiting for a core; use --nproc {cores} or fewer for meaningful numbers",
+              file=sys.stderr, flush=True)
+    if not setup.quiet and sys.stderr.isatty():
+        print(f"commbench: starting {setup.nproc} local ranks ({setup.backend} on {setup.device})",
+              file=sys.stderr, flush=True)
+
+
+def check_output_location(setup: LaunchConfig) -> None:
+    """UsageError, before any rank starts, when the results cannot be written where asked."""
+    exact = (("--csv", setup.csv_path), ("--json", setup.json_path))
+    files = [(flag, Path(path)) for flag, path in exact if path]
+    for flag, path in files:
+        if path.is_dir():
+            raise UsageError(f"{flag} {path} is a directory: give the file to write")
+    directories = [(flag, path.parent) for flag, path in files]
+    if len(files) < 2:  # a file not given exactly goes under --output-dir
+        directories.append(("--output-dir", Path(setup.output_dir)))
+    for flag, directory in directories:
+        if directory.exists() and not directory.is_dir():
+            raise UsageError(f"{flag}: {directory} is a file, not a directory")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as exc:
+            raise UsageError(f"{flag}: cannot write results in {directory}: {exc.strerror or exc}") from None
 
 
 def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -> int:
@@ -153,10 +194,6 @@ def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -
     return 0
 
 
-def host_name(environ: Mapping[str, str]) -> str:
-    return environ.get(HOSTNAME_ENV) or socket.gethostname()
-
-
 def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
     from commbench.backends.rendezvous import Rendezvous
 
@@ -175,7 +212,7 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
     startup = StartUp(name, rendezvous_of(info, environ), setup.timeout_s)
     try:
         startup.meet()
-        device = place(setup, info, environ, startup)
+        device = place(setup, (info.rank, info.local_rank), environ, startup)
         return TorchDistBackend(name, device, startup.start(device))
     except (RunError, UsageError, AlreadyReported):
         raise
@@ -183,64 +220,6 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
         raise RunError(f"rank {info.rank}: the {name} process group did not start "
                        f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
                        f"timeout {setup.timeout_s:g} s): {brief(exc)}") from exc
-
-
-def place(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str], startup: "StartUp") -> Any:
-    """This rank's device. On CUDA every rank first learns which ranks share its host (its local rank
-    when no launcher gave one), then claims its physical device; a problem on any rank (too few devices,
-    two ranks on one device) stops every rank before a communicator exists, with one message."""
-    import torch
-
-    if setup.device != "cuda":
-        return torch.device("cpu")
-    host = host_name(environ)
-    on_host = startup.peers("hosts", host)
-    device, problem = None, None
-    try:
-        local_rank = info.local_rank
-        if local_rank is None:
-            if on_host is None:
-                raise UsageError(f"rank {info.rank}: no launcher variable gives its local rank (set "
-                                 "LOCAL_RANK), and without a rendezvous store it cannot be derived")
-            local_rank = devices.local_rank_among(on_host, info.rank)
-        index = devices.device_index(local_rank, torch.cuda.device_count(), info.rank)
-        device = torch.device("cuda", index)
-        claim = devices.physical_device(environ, index, device_uuid(index))
-    except UsageError as exc:
-        problem, claim = str(exc), f"unplaced rank {info.rank}"
-    sharing = startup.peers("devices", f"{host}|{claim}") or [info.rank]
-    problem = problem or devices.duplicate_devices(host, claim, sharing)
-    agreed = startup.agree("devices", problem)
-    if agreed is not None:
-        raise UsageError(agreed) if info.rank == 0 else AlreadyReported(UsageError.exit_code)
-    return device
-
-
-def device_uuid(index: int) -> str | None:
-    """The device's UUID, where this torch reports one (the surest name for a physical GPU)."""
-    import torch
-
-    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-    return str(uuid) if uuid is not None else None
-
-
-def memory_budget(backend: Backend, hostnames: list[str]) -> MemoryBudget | None:
-    """The memory a rank may fill when --max-memory is not given: most of its device's free memory on
-    CUDA, its share of the host's available memory on CPU; the smallest over ranks, so that every rank
-    refuses the same sizes (None when a rank cannot tell)."""
-    free = backend.free_device_memory()
-    if free is not None:
-        mine: MemoryBudget | None = devices.cuda_budget(free)
-    else:
-        try:
-            available = devices.mem_available(Path("/proc/meminfo").read_text())
-        except OSError:  # not Linux
-            available = None
-        mine = devices.cpu_budget(available, hostnames.count(hostnames[backend.rank]))
-    budgets = backend.all_gather_object(mine)
-    if any(budget is None for budget in budgets):
-        return None
-    return min(budgets, key=lambda budget: budget.limit)
 
 
 def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
@@ -272,12 +251,15 @@ class StopRequests:
     def __init__(self) -> None:
         self.signum = 0
         self.polled = False
+        self.done = False  # the work is over: a late signal does not turn a complete run into a stopped one
 
     def install(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: object) -> None:
+        if self.done:
+            return
         if self.signum or not self.polled:
             raise Terminated(signum)
         self.signum = signum
@@ -302,25 +284,35 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     setup = benchmarks[0].launch
     stops = StopRequests()
     stops.install()
+    # NCCL reads its debug variables once, when the backend starts it: they are set before.
+    provenance = RunProvenance(setup, os.environ)
     backend = start_backend(setup, info, environ)
     recording: Recording | None = None
     try:
         hostnames = backend.all_gather_object(host_name(environ))
         plan = split_into_groups(setup, hostnames)
         membership = join_groups(backend, plan)
+        hardware = provenance.gather_hardware(backend, hostnames)
         if info.rank == 0:
             meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
+            meta.hardware = hardware
             recording = Recording(meta, setup)
-        session = Session(membership, stops.requested, skipped_size(info, environ),
+            recording.note(hardware_summary(hardware))
+        members = [list(ranks) for ranks in plan.members]
+        context = provenance.start_rows(backend, hostnames, members, recording)
+        session = Session(membership, stops.requested, skipped_size(info, environ), context,
                           memory_budget(backend, hostnames))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
+        stops.done = True
     except BaseException as exc:
         if recording is not None:
             recording.close_console()
         raise _finish_failed(exc, info, backend, recording, setup) from exc
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows)
+    below = provenance.finish(rows, recording)
+    failure = "; ".join(text for text in (failure, below) if text) or None
     if recording is not None:
         recording.finish("failed" if failure else "complete", failure)
         recording.show_files()
@@ -338,7 +330,7 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
     if isinstance(exc, Terminated | KeyboardInterrupt):
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
         if recording is not None:
-            recording.finish("interrupted", f"stopped by {signal.Signals(signum).name}")
+            recording.interrupted(signal.Signals(signum).name)
         backend.abort()  # a collective may still wait on the device for a peer that stopped
         return exc
     if isinstance(exc, UsageError):

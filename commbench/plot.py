@@ -1,30 +1,44 @@
 """plot: busbw against size and latency (p50) against size, log axes, one line per run and series.
 
-matplotlib is an optional extra (`pip install 'commbench[plot]'`); it renders off-screen (Agg), so a
-plot works on a headless node.
+matplotlib is a dependency, imported only when a plot is drawn; it renders off-screen (Agg), so a plot
+works on a headless node. The legend sits below the panels, inside the figure (its columns are chosen
+so that it fits the width, the figure grows to fit its rows); runs are named in it by what differs
+between them (hosts, backend, versions, start time), not by run ids.
 """
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from commbench.errors import UsageError
-from commbench.results import Row, SavedRun, load_run
+from commbench.frame import rows_frame
+from commbench.results import SERIES_FIELDS, Row, SavedRun, default_placement, load_runs
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 LINE_STYLES = ("-", "--", ":", "-.")
-LEGEND_COLUMNS = 3
+MAX_LEGEND_COLUMNS = 4
+FIGURE_WIDTH_IN, PANELS_HEIGHT_IN, LEGEND_ROW_IN = 13.0, 4.8, 0.22
+DPI = 110
+INSTALL_HINT = "pip install matplotlib"
+
+
+def matplotlib_missing() -> str | None:
+    """Why plots cannot be drawn here (one line with the fix), or None when they can."""
+    try:
+        import matplotlib  # noqa: F401 - only asking whether it imports
+    except ImportError as exc:
+        return f"plots need matplotlib, which is not installed ({exc}): {INSTALL_HINT}"
+    return None
 
 
 def require_matplotlib() -> Any:
     """matplotlib's pyplot on the Agg backend, or a UsageError saying how to install it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError("plots need matplotlib, which is not installed: pip install 'commbench[plot]'") \
-            from None
+    missing = matplotlib_missing()
+    if missing:
+        raise UsageError(missing)
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
 
@@ -43,33 +57,74 @@ def collect_lines(runs: Iterable[SavedRun], collectives: list[str] | None = None
     """Each run's rows by benchmark and series (collective, dtype, op, mode, ...), sizes ascending."""
     lines: list[Line] = []
     for run in runs:
-        found: dict[tuple, Line] = {}
-        for row in run.rows:
-            if row.size_bytes <= 0 or (collectives is not None and row.collective not in collectives):
-                continue
-            key = (row.benchmark, tuple(row.series().items()))
-            if key not in found:
-                found[key] = Line(run, row.benchmark, row.series(), [])
-            found[key].rows.append(row)
-        for line in found.values():
-            line.rows.sort(key=lambda row: row.size_bytes)
-        lines.extend(found.values())
+        frame = rows_frame(run.rows).assign(position=range(len(run.rows)))
+        chosen = frame[(frame["size_bytes"] > 0)
+                       & (frame["collective"].isin(collectives) if collectives is not None else True)]
+        for _, members in chosen.groupby(["benchmark", *SERIES_FIELDS], sort=False, dropna=False):
+            rows = [run.rows[position] for position in members.sort_values("size_bytes")["position"]]
+            lines.append(Line(run, rows[0].benchmark, rows[0].series(), rows))
     return lines
 
 
+def _run_facts(run: SavedRun) -> dict[str, str]:
+    """What a legend can say about a run, by name, in the order labels list it."""
+    meta = run.meta
+    hosts = sorted(set(meta.get("hostnames") or []))
+    versions = meta.get("versions") or {}
+    facts = {"hosts": hosts[0] if len(hosts) == 1 else f"{hosts[0]} +{len(hosts) - 1} hosts" if hosts else "",
+             "backend": str(meta.get("backend", "")), "device": str(meta.get("device", "")),
+             "world size": f"{meta['world_size']} ranks" if meta.get("world_size") else "",
+             "torch": f"torch {meta['torch_version']}" if meta.get("torch_version") else "",
+             **{name: f"{name.upper()} {versions[name]}" for name in ("nccl", "cuda") if versions.get(name)},
+             "commbench": f"commbench {meta['commbench_version']}" if meta.get("commbench_version") else ""}
+    return {name: value for name, value in facts.items() if value}
+
+
+def _start_times(runs: list[SavedRun]) -> list[str]:
+    """Each run's start (UTC) as precisely as it takes to tell the runs apart: the time alone when they
+    started on one day, the date when that is enough."""
+    started = [str(run.meta.get("started_at") or "").replace("T", " ")[:19] for run in runs]
+    distinct = len(set(started))
+    same_day = len({text[:10] for text in started}) == 1
+    for cut in ((11, 16), (11, 19)) if same_day else ((0, 10), (0, 16), (0, 19)):
+        shown = [text[slice(*cut)] for text in started]
+        if len(set(shown)) == distinct:
+            return shown
+    return started
+
+
+def run_labels(runs: list[SavedRun]) -> list[str]:
+    """Per run, what differs between the runs (hosts, backend, versions, start time), for legends; the
+    file name when nothing recorded differs."""
+    facts = [_run_facts(run) for run in runs]
+    names = list(dict.fromkeys(name for found in facts for name in found))
+    differing = [name for name in names if len({found.get(name, "") for found in facts}) > 1]
+    labels = [[found[name] for name in differing if name in found] for found in facts]
+    starts = _start_times(runs)
+    if len(set(starts)) > 1:
+        labels = [parts + [start] for parts, start in zip(labels, starts, strict=True)]
+    joined = [", ".join(parts) for parts in labels]
+    if len(set(joined)) == len(runs):
+        return joined
+    files = [run.path.name for run in runs]
+    return files if len(set(files)) == len(runs) else [str(run.path) for run in runs]
+
+
 def line_labels(lines: list[Line]) -> list[str]:
-    """Labels that name what tells the lines apart: the run (when several), the collective, and any
-    other part of the series that varies."""
-    several_runs = len({id(line.run) for line in lines}) > 1
+    """Labels that name what tells the lines apart: the run (when several, by what differs between the
+    runs), the collective, and any other part of the series that varies."""
+    runs = list({id(line.run): line.run for line in lines}.values())
+    run_label = dict(zip((id(run) for run in runs), run_labels(runs), strict=True))
     varying = [name for name in lines[0].series if name == "collective"
                or len({str(line.series.get(name)) for line in lines}) > 1] if lines else []
     several_benchmarks = len({line.benchmark for line in lines}) > 1
     labels = []
     for line in lines:
-        parts = [line.run.label] if several_runs else []
-        parts += [line.benchmark] if several_benchmarks and line.benchmark else []
-        parts += [_series_part(name, line.series[name]) for name in varying]
-        labels.append(" ".join(part for part in parts if part))
+        parts = [line.benchmark] if several_benchmarks and line.benchmark else []
+        parts += [_series_part(name, line.series[name]) for name in varying
+                  if name != "placement" or line.series[name] != default_placement(line.series["collective"])]
+        series = " ".join(part for part in parts if part)
+        labels.append(f"{run_label[id(line.run)]} · {series}" if len(runs) > 1 else series)
     return labels
 
 
@@ -82,12 +137,13 @@ def _series_part(name: str, value: Any) -> str:
 
 
 def plot_title(runs: list[SavedRun]) -> str:
-    described = list(dict.fromkeys(
-        f"backend {run.meta.get('backend', '?')} · device {run.meta.get('device', '?')} · "
-        f"world size {run.meta.get('world_size', '?')}" for run in runs))
-    return described[0] if len(described) == 1 else " | ".join(
-        f"{run.label}: {run.meta.get('backend', '?')}, {run.meta.get('device', '?')}, "
-        f"{run.meta.get('world_size', '?')} ranks" for run in runs)
+    """What every run shares (backend, device, world size); what differs is in the legend."""
+    shared = []
+    for name, key in (("backend", "backend"), ("device", "device"), ("world size", "world_size")):
+        values = {str(run.meta.get(key, "?")) for run in runs}
+        if len(values) == 1:
+            shared.append(f"{name} {values.pop()}")
+    return " · ".join(shared) or f"{len(runs)} runs"
 
 
 def short_size(num_bytes: float) -> str:
@@ -99,24 +155,12 @@ def short_size(num_bytes: float) -> str:
     return f"{num_bytes:.0f}"
 
 
-def draw(runs: list[SavedRun], collectives: list[str] | None = None, title: str | None = None) -> Any:
-    """A figure with the two panels; UsageError when no row has a size to plot."""
-    pyplot = require_matplotlib()
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
-    lines = collect_lines(runs, collectives)
-    if not lines:
-        which = f" for {', '.join(collectives)}" if collectives else ""
-        raise UsageError(f"nothing to plot{which}: no rows with a message size in "
-                         f"{', '.join(str(run.path) for run in runs)}")
-    labels = line_labels(lines)
-    legend_rows = math.ceil(len(lines) / LEGEND_COLUMNS)
-    figure, (bandwidth, latency) = pyplot.subplots(1, 2, figsize=(13, 4.8 + 0.25 * legend_rows))
-    # The same series has the same colour in every run; runs differ by line style.
+def _draw_lines(panels: tuple[Any, Any], lines: list[Line], runs: list[SavedRun], palette: list[str]) -> None:
+    """Each line on both panels. The same series has the same colour in every run; runs differ by style."""
+    bandwidth, latency = panels
     colours: dict[tuple, str] = {}
     run_index = {id(run): index for index, run in enumerate(runs)}
-    palette = pyplot.rcParams["axes.prop_cycle"].by_key()["color"]
-    for line, label in zip(lines, labels, strict=True):
+    for line, label in zip(lines, line_labels(lines), strict=True):
         key = (line.benchmark, tuple(line.series.items()))
         colour = colours.setdefault(key, palette[len(colours) % len(palette)])
         style = {"color": colour, "linestyle": LINE_STYLES[run_index[id(line.run)] % len(LINE_STYLES)],
@@ -125,21 +169,51 @@ def draw(runs: list[SavedRun], collectives: list[str] | None = None, title: str 
         if with_bw:
             bandwidth.plot(*zip(*with_bw, strict=True), **style)
         latency.plot([row.size_bytes for row in line.rows], [row.time_us_p50 for row in line.rows], **style)
-    for axes, name in ((bandwidth, "busbw (GB/s)"), (latency, "p50 time (µs)")):
+
+
+def _format_axes(panels: tuple[Any, Any]) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    for axes, name, title in zip(panels, ("busbw (GB/s)", "p50 time (µs)"), ("bus bandwidth", "latency"),
+                                 strict=True):
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.xaxis.set_major_locator(LogLocator(base=4))
         axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: short_size(value)))
         axes.set_xlabel("size (bytes)")
         axes.set_ylabel(name)
+        axes.set_title(title)
         axes.grid(True, which="major", alpha=0.3)
-    bandwidth.set_title("bus bandwidth")
-    latency.set_title("latency")
-    handles, names = latency.get_legend_handles_labels()
-    legend_height = (0.2 * legend_rows + 0.1) / figure.get_figheight()
-    figure.legend(handles, names, loc="lower center", ncol=LEGEND_COLUMNS, fontsize="small", frameon=False)
+
+
+def _place_legend(figure: Any, handles: list[Any], names: list[str]) -> Any:
+    """The legend below the panels in as many columns as fit the figure's width; the figure grows by its
+    rows, and the layout engine keeps it clear of the panels."""
+    renderer = figure.canvas.get_renderer()
+    for columns in range(min(MAX_LEGEND_COLUMNS, len(names)), 0, -1):
+        figure.set_figheight(PANELS_HEIGHT_IN + LEGEND_ROW_IN * -(-len(names) // columns))
+        legend = figure.legend(handles, names, loc="outside lower center", ncol=columns, fontsize="small",
+                               frameon=False)
+        if columns == 1 or legend.get_window_extent(renderer).width <= 0.98 * figure.bbox.width:
+            break
+        legend.remove()
+    return legend
+
+
+def draw(runs: list[SavedRun], collectives: list[str] | None = None, title: str | None = None) -> Any:
+    """A figure with the two panels and the legend below them; UsageError when no row has a size."""
+    pyplot = require_matplotlib()
+    lines = collect_lines(runs, collectives)
+    if not lines:
+        which = f" for {', '.join(collectives)}" if collectives else ""
+        raise UsageError(f"nothing to plot{which}: no rows with a message size in "
+                         f"{', '.join(str(run.path) for run in runs)}")
+    figure = pyplot.figure(figsize=(FIGURE_WIDTH_IN, PANELS_HEIGHT_IN), layout="constrained")
+    panels = tuple(figure.subplots(1, 2))
+    _draw_lines(panels, lines, runs, pyplot.rcParams["axes.prop_cycle"].by_key()["color"])
+    _format_axes(panels)
     figure.suptitle(title or plot_title(runs))
-    figure.tight_layout(rect=(0, legend_height, 1, 1))
+    _place_legend(figure, *panels[1].get_legend_handles_labels())
     return figure
 
 
@@ -148,7 +222,7 @@ def save(figure: Any, target: Path | BinaryIO, image_format: str | None = None) 
     import matplotlib.pyplot as pyplot
 
     try:
-        figure.savefig(target, format=image_format, dpi=110)
+        figure.savefig(target, format=image_format, dpi=DPI)
     finally:
         pyplot.close(figure)
 
@@ -159,7 +233,7 @@ def plot_command(paths: list[str], output: str, collectives: list[str] | None) -
         raise UsageError(f"--output {output}: the image type comes from the suffix: "
                          f"{', '.join(IMAGE_SUFFIXES)}")
     require_matplotlib()
-    runs = [load_run(path) for path in paths]
+    runs = load_runs(paths)
     figure = draw(runs, collectives)
     target.parent.mkdir(parents=True, exist_ok=True)
     save(figure, target)

@@ -83,6 +83,7 @@ class Recording:
         self.reporter.header(meta)
         csv_path, json_path = result_paths(setup, meta.run_id)
         self.writer = ResultWriter(meta, csv_path, json_path)
+        self.table_rows: list[Row] = []  # the rows of the table being measured
 
     def note(self, text: str) -> None:
         self.reporter.note(text)
@@ -95,10 +96,12 @@ class Recording:
 
     def row(self, row: Row) -> None:
         self.writer.add(row)
+        self.table_rows.append(row)
         self.reporter.row(row)
         self.reporter.advance()
 
     def table_done(self, rows: list[Row]) -> None:
+        self.table_rows = []
         fits = fit_rows(rows)
         if fits:
             self.writer.add_fits([fit.to_dict() for fit in fits])
@@ -114,3 +117,13 @@ class Recording:
 
     def show_files(self) -> None:
         self.reporter.files([shlex.quote(str(self.writer.csv_path)), shlex.quote(str(self.writer.json_path))])
+
+    def interrupted(self, signal_name: str) -> None:
+        """A signal stopped the run: show what was measured of the table in progress, say so, record it
+        and say where the rows are."""
+        self.reporter.close()
+        if self.table_rows:
+            self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
+        self.reporter.note(f"interrupted by {signal_name}: {len(self.writer.rows)} rows measured and kept")
+        self.finish("interrupted", f"stopped by {signal_name}")
+        self.show_files()

@@ -1,12 +1,15 @@
 """report: one self-contained HTML page for saved runs, readable offline.
 
 For each run its metadata, then plots (PNG images embedded as base64 data URIs, one per collective),
-the tables with their α-β fits, all fits in one table, and with several runs the comparison of each
-against the first. Every piece of text from a results file is HTML-escaped; the page loads nothing.
+the tables with their α-β fits, all fits in one table (with their reliability, docs/fit.md), and with
+several runs the comparison of each against the first. Where matplotlib cannot be imported the page is
+written without plots and says why. Every piece of text from a results file is HTML-escaped; the page
+loads nothing.
 """
 
 import base64
 import io
+import sys
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -14,9 +17,11 @@ from pathlib import Path
 from commbench import __version__
 from commbench.compare import compare_runs, pair_tables, summary_table, unmatched_lines
 from commbench.console import TextTable, run_table
-from commbench.fit import describe_fit, fit_rows
-from commbench.plot import draw, require_matplotlib, save
-from commbench.results import Row, SavedRun, load_run
+from commbench.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fit, fit_rows, unreliable_text
+from commbench.frame import rows_frame, runs_frame
+from commbench.plot import draw, matplotlib_missing, save
+from commbench.provenance.html import hardware_table_html, peak_table_html
+from commbench.results import SERIES_FIELDS, Row, SavedRun, load_runs
 from commbench.sizes import format_size
 
 STYLE = """
@@ -79,31 +84,30 @@ def _config_text(config: dict) -> str:
 
 def plot_images(runs: list[SavedRun]) -> list[tuple[str, str]]:
     """(collective, PNG as a data URI) per collective found in the runs."""
-    collectives = list(dict.fromkeys(row.collective for run in runs for row in run.rows
-                                     if row.size_bytes > 0))
+    frame = runs_frame(runs)
     images = []
-    for collective in collectives:
+    for collective in frame.loc[frame["size_bytes"] > 0, "collective"].unique():
         figure = draw(runs, [collective])
         buffer = io.BytesIO()
         save(figure, buffer, "png")
         encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-        images.append((collective, f"data:image/png;base64,{encoded}"))
+        images.append((str(collective), f"data:image/png;base64,{encoded}"))
     return images
 
 
 def _groups(rows: list[Row]) -> list[list[Row]]:
     """Rows by benchmark, collective, dtype and op (modes side by side), as the console shows them."""
-    groups: dict[tuple, list[Row]] = {}
-    for row in rows:
-        series = {name: value for name, value in row.series().items() if name != "mode"}
-        groups.setdefault((row.benchmark, tuple(series.items())), []).append(row)
-    return list(groups.values())
+    frame = rows_frame(rows).assign(position=range(len(rows)))
+    by = ["benchmark", *(name for name in SERIES_FIELDS if name != "mode")]
+    return [[rows[position] for position in members["position"]]
+            for _, members in frame.groupby(by, sort=False, dropna=False)]
 
 
 def fits_table(runs: list[SavedRun]) -> TextTable:
     several = len(runs) > 1
     columns = (["run"] if several else []) + ["benchmark", "collective", "dtype", "op", "mode", "α µs",
-                                              "β GB/s", "bus β GB/s", "rms error", "sizes", "fit"]
+                                              "β GB/s", "bus β GB/s", "rms error", "sizes", "fit",
+                                              "reliability"]
     rows = []
     for run in runs:
         for fit in fit_rows(run.rows):
@@ -115,23 +119,32 @@ def fits_table(runs: list[SavedRun]) -> TextTable:
                       "-" if fit.beta_bus_gbps is None else f"{fit.beta_bus_gbps:.4g}",
                       f"{fit.fit.rms_relative_error:.1%}",
                       f"{format_size(fit.min_size_bytes)} - {format_size(fit.max_size_bytes)}",
-                      describe_fit(fit.fit.alpha_us, beta, fit.beta_bus_gbps)]
+                      describe_fit(fit.fit.alpha_us, beta, fit.beta_bus_gbps),
+                      unreliable_text(fit.fit) or "ok"]
             rows.append(cells)
     return TextTable("α-β fits: t(size) = α + size/β, weighted least squares on p50 with weights 1/t² "
-                     "(relative error)", columns, rows, left_columns=6 if several else 5)
+                     "(relative error)", columns, rows, left_columns=6 if several else 5,
+                     footer=[f"unreliable: β above {EXTRAPOLATION_FACTOR:g}x the highest algbw measured "
+                             "(the sweep stopped below the half-bandwidth size α·β: β is extrapolated), or "
+                             f"rms error above {ERROR_LIMIT:.0%} (docs/fit.md)"])
 
 
-def build_report(runs: list[SavedRun]) -> str:
+def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
+    """The page; ``plots_missing`` says why it has no plots (None: draw them)."""
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     parts = [f"<h1>commbench report</h1><p>{len(runs)} run(s), generated {escape(generated)} by commbench "
              f"{escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
     parts.append("<h2>Runs</h2>")
     for run in runs:
-        parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}")
+        parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}"
+                     f"{hardware_table_html(run.meta)}")
     parts.append("<h2>Plots</h2>")
-    for collective, uri in plot_images(runs):
+    if plots_missing:
+        parts.append(f"<p>No plots: {escape(plots_missing)}</p>")
+    for collective, uri in [] if plots_missing else plot_images(runs):
         parts.append(f'<h3>{escape(collective)}</h3><img alt="{escape(collective)}: busbw and latency '
                      f'against size" src="{uri}">')
+    parts.extend(peak_table_html(run.rows, run.label) for run in runs)
     parts.append(f"<h2>α-β fits</h2>{html_table(fits_table(runs))}")
     parts.append("<h2>Results</h2>")
     for run in runs:
@@ -154,10 +167,12 @@ def build_report(runs: list[SavedRun]) -> str:
 
 
 def report_command(paths: list[str], output: str) -> None:
-    require_matplotlib()
-    runs = [load_run(path) for path in paths]
-    page = build_report(runs)
+    runs = load_runs(paths)
+    plots_missing = matplotlib_missing()
+    page = build_report(runs, plots_missing)
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
+    if plots_missing:
+        print(f"commbench: note: the report has no plots: {plots_missing}", file=sys.stderr)
     print(f"report: {target}")

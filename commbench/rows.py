@@ -10,6 +10,7 @@ buffers could not be allocated) keeps its identity and error and has no numbers.
 
 from typing import TYPE_CHECKING, Any
 
+from commbench.provenance.verdicts import RowContext, annotate_row
 from commbench.results import Row
 from commbench.stats import algbw_gbps, arrival_skews, last_to_arrive, slowest_rank_per_iteration, summarize
 
@@ -50,10 +51,12 @@ def measured_fields(sampled: "Sampled", size_bytes: int, busbw_factor: float, ti
 
 
 def make_row(sampled: "Sampled | None", *, time_scale: float = 1.0, members: list[list[int]] | None = None,
-             **identity: Any) -> Row:
+             context: RowContext | None = None, **identity: Any) -> Row:
     """A row from what identifies it (``identity``: collective, backend, sizes, dtype, ..., busbw_factor,
-    and a pattern's columns) and what was timed (``sampled``; None: not timed)."""
+    and a pattern's columns) and what was timed (``sampled``; None: not timed), with the provenance
+    columns its run's ``context`` gives (NCCL's choice, peak, expected busbw, verdict)."""
     if sampled is None:
-        return Row(**dict.fromkeys(_TIMES), **{"iters": 0, "samples": 0, **identity})
-    return Row(**identity, **measured_fields(sampled, identity["size_bytes"], identity["busbw_factor"],
-                                             time_scale, members))
+        return annotate_row(Row(**dict.fromkeys(_TIMES), **{"iters": 0, "samples": 0, **identity}), context)
+    return annotate_row(Row(**identity, **measured_fields(sampled, identity["size_bytes"],
+                                                          identity["busbw_factor"], time_scale, members)),
+                        context)

@@ -33,6 +33,7 @@ from commbench.errors import RunError, Terminated, UsageError, brief, failures_n
 from commbench.groups import Membership, world_plan
 from commbench.output import Output
 from commbench.planning import PlannedSize, SizeLimits, TablePlan, memory_need, plan_tables
+from commbench.provenance.verdicts import RowContext
 from commbench.results import Row
 from commbench.rows import make_row
 from commbench.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
@@ -56,6 +57,7 @@ class Session:
     membership: Membership
     stop_requested: Callable[[], int] = _no_stop
     skipped_size: int | None = None
+    row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
     memory: MemoryBudget | None = None  # what a rank may fill when --max-memory does not say
 
     @classmethod
@@ -101,7 +103,8 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
         for size in table.sizes:
             if size.requested == session.skipped_size:
                 continue
-            point = SizePoint(config, backend, table, size, session.membership, session.memory)
+            point = SizePoint(config, backend, table, size, session.membership, session.row_context,
+                              session.memory)
             _check_in(point, point.label(), session.stop_requested)
             for row in measure_size(point, budgets, output):
                 output.row(row)
@@ -154,6 +157,7 @@ class SizePoint:
     table: TablePlan
     size: PlannedSize
     membership: Membership
+    row_context: RowContext | None = None
     memory: MemoryBudget | None = None  # the default budget (--max-memory, when given, comes first)
 
     @property
@@ -191,7 +195,8 @@ class SizePoint:
             group_count=plan.count, placement=self.placement,
             wrong=None if checker is None else checker.wrong,
             first_wrong="" if checker is None else checker.first_wrong, error=error,
-            benchmark=self.config.name, root=self.config.root if collective.rooted else -1)
+            benchmark=self.config.name, root=self.config.root if collective.rooted else -1,
+            context=self.row_context)
 
 
 def _check_in(point: SizePoint, label: str, stop_requested: Callable[[], int]) -> None:

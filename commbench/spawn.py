@@ -133,6 +133,8 @@ class _Supervisor:
 
     def _status(self, failure_grace_s: float) -> int:
         if self.received:
+            if all(proc.returncode == 0 for proc in self.procs):
+                return 0  # the ranks completed the run before the signal could stop it
             return 128 + self.received[0]
         if self.first_failure is None:
             return 0

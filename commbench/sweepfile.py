@@ -18,6 +18,7 @@ Precedence, lowest first: the command line's defaults, the file's `defaults`, th
 then the options typed on the command line.
 """
 
+import difflib
 import typing
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from commbench.config import (
     run_config,
 )
 from commbench.errors import UsageError, did_you_mean
-from commbench.shipped import shipped_file
+from commbench.shipped import shipped_file, shipped_names
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
 _NOT_IN_FILES = {"argv"}
@@ -79,7 +80,7 @@ class _SweepFile:
         try:
             text = path.read_text()
         except FileNotFoundError:
-            raise UsageError(f"{path}: no such sweep file") from None
+            raise UsageError(f"{path}: no such sweep file{_shipped_hint(path)}") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path}: cannot read the sweep file: {exc}") from None
         self.loader = yaml.SafeLoader(text)
@@ -262,6 +263,16 @@ def _fails_alone(base: dict[str, Any], name: str, value: Any) -> str | None:
     except UsageError as exc:
         return str(exc)
     return None
+
+
+def _shipped_hint(path: Path) -> str:
+    """Where a missing file's name is close to a shipped sweep's, the command that runs that one;
+    otherwise the shipped sweeps' names."""
+    names = shipped_names()
+    close = difflib.get_close_matches(path.stem, names, n=1, cutoff=0.6) if path.parent == Path(".") else []
+    if close:
+        return f" (did you mean `commbench sweep {close[0]}`? shipped sweeps run by bare name)"
+    return f"; the shipped sweeps are {', '.join(names)}" if names else ""
 
 
 def _type_name(kind: Any) -> str:

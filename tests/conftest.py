@@ -2,9 +2,12 @@
 
 - Every test that starts a process carries the `processes` marker, so `pytest -m "not processes"` is a
   loop of seconds; a test without it that starts one fails, naming the marker.
-- Runs shared by the analysis tests (compare, plot, report, formats, fits): the same two-benchmark sweep
-  run twice by the real CLI, once as `sweep FILE` in nccl-tests format and once as `--config FILE` in
-  JSON-lines format. Session-scoped: made once, only when a test asks for them.
+- Runs shared by the analysis tests (compare, plot, report, formats, fits, load): the same two-benchmark
+  sweep run twice by the real CLI, once as `sweep FILE` in nccl-tests format and once as `--config FILE`
+  in JSON-lines format; two tiny runs of six collectives; a tiny run of one other collective.
+  Session-scoped: made once, only when a test asks for them; a test that asks for one is marked
+  `processes` (RUN_FIXTURES).
+- Recordings of real torch programs and their replays (`recordings`, tests/replay_helpers.py).
 """
 
 import multiprocessing.process
@@ -15,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.dist_helpers import ROOT, commbench
+from tests.replay_helpers import Recordings
 
 SWEEP = ROOT / "tests" / "data" / "two_benchmarks.yaml"
 ITERS = "30"  # overrides the file's 5 and 7: enough samples per row for the rank test
@@ -40,6 +44,50 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedRunFiles, S
         assert result.returncode == 0, result.stderr
         made.append(SavedRunFiles(json_path, csv_path, result.stdout, result.stderr))
     return made[0], made[1]
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    """Real programs' recordings and their replays (tests/replay_helpers.py), each made on first use."""
+    return Recordings(tmp_path_factory.mktemp("recordings"))
+
+
+SIX_COLLECTIVES = "all_reduce,all_gather_base,reduce_scatter_base,broadcast,all_to_all_single,reduce"
+TINY = ("--iters", "3", "--warmup", "1", "--quiet")
+
+
+def _tiny_run(where: Path, name: str, *args: str) -> SavedRunFiles:
+    json_path, csv_path = where / f"{name}.json", where / f"{name}.csv"
+    result = commbench(*args, *TINY, "--json", str(json_path), "--csv", str(csv_path))
+    assert result.returncode == 0, result.stderr
+    return SavedRunFiles(json_path, csv_path, result.stdout, result.stderr)
+
+
+@pytest.fixture(scope="session")
+def six_collective_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedRunFiles, SavedRunFiles]:
+    """Two tiny runs of six collectives in both modes; the second adds a size (16 KiB), so some of its
+    rows are in one file only."""
+    where = tmp_path_factory.mktemp("six")
+    return (_tiny_run(where, "six_a", "--collective", SIX_COLLECTIVES, "--mode", "both", "--sizes", "1K,4K"),
+            _tiny_run(where, "six_b", "--collective", SIX_COLLECTIVES, "--mode", "both",
+                      "--sizes", "1K,4K,16K"))
+
+
+@pytest.fixture(scope="session")
+def reduce_scatter_run(tmp_path_factory: pytest.TempPathFactory) -> SavedRunFiles:
+    """A tiny run of a collective the six-collective runs do not measure, at their sizes."""
+    where = tmp_path_factory.mktemp("rs")
+    return _tiny_run(where, "rs", "--collective", "reduce_scatter", "--sizes", "1K,4K")
+
+
+RUN_FIXTURES = {"two_runs", "six_collective_runs", "reduce_scatter_run", "recordings"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for a saved run starts real CLI runs (once per session): it is a processes test."""
+    for item in items:
+        if isinstance(item, pytest.Function) and RUN_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
 
 
 class _ProcessGuard:

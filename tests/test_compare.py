@@ -9,6 +9,7 @@ import pytest
 from commbench.cli import main
 from commbench.compare import change_text, compare_runs, geometric_means
 from commbench.results import load_run
+from commbench.sizes import format_size
 from tests.dist_helpers import commbench
 
 # Two runs of one sweep on this shared 2-core machine differed by up to 7x in a row's p50 (up to 26x
@@ -130,3 +131,61 @@ def test_bad_files_are_one_line_and_exit_2(two_runs, tmp_path, capsys, content, 
 def test_one_file_is_not_a_comparison(two_runs, capsys):
     assert main(["compare", str(two_runs[0].json)]) == 2
     assert "compare needs at least two results files" in capsys.readouterr().err
+
+
+def test_the_gate_fails_when_the_files_have_no_rows_in_common(six_collective_runs, reduce_scatter_run,
+                                                              capsys):
+    base, other = six_collective_runs[0].json, reduce_scatter_run.json  # different collectives, same sizes
+    assert main(["compare", str(base), str(other), "--fail-above", "5"]) == 1
+    captured = capsys.readouterr()
+    assert "no rows in common" in captured.out
+    assert "gate (--fail-above 5%): FAILED, 1 comparison does not cover the same rows:" in captured.out
+    assert "passed" not in captured.out
+    expected = (f"commbench: regression gate: {other}: no rows in common with {base} (base: all_reduce, "
+                "all_gather_base, reduce_scatter_base, broadcast, all_to_all_single, reduce; "
+                "new: reduce_scatter)")
+    assert captured.err.strip() == expected
+
+
+def test_without_a_gate_no_rows_in_common_is_a_warning(six_collective_runs, reduce_scatter_run, capsys):
+    base, other = six_collective_runs[0].json, reduce_scatter_run.json
+    assert main(["compare", str(base), str(other)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"commbench: warning: {other}: no rows in common with {base}")
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_rows_in_only_one_file_fail_the_gate_and_warn_without_it(six_collective_runs, capsys):
+    base, longer = (saved.json for saved in six_collective_runs)  # the second also measured 16 KiB
+    assert main(["compare", str(base), str(longer), "--fail-above", NOISE_PROOF_PCT]) == 1
+    captured = capsys.readouterr()
+    assert "only in new (12 rows):" in captured.out  # 6 collectives x 2 modes at 16 KiB
+    assert "significant slowdowns" not in captured.out  # it failed on coverage, not on time
+    assert captured.err.strip() == (f"commbench: regression gate: {longer}: 0 rows only in {base} and 12 "
+                                    f"only in {longer}: the files do not measure the same points")
+    assert main(["compare", str(base), str(longer)]) == 0
+    assert capsys.readouterr().err.startswith(f"commbench: warning: {longer}: 0 rows only in {base}")
+
+
+def test_compare_takes_a_glob_as_the_files_it_matches(six_collective_runs, capsys):
+    first, second = (saved.json for saved in six_collective_runs)
+    assert main(["compare", str(first.parent / "six_*.json")]) == 0  # six_a.json, then six_b.json
+    out = capsys.readouterr().out
+    assert out.count("\nbase ") + out.startswith("base ") == 1 and "only in new (12 rows)" in out
+    assert out.startswith(f"base {load_run(first).describe()} vs new {load_run(second).describe()}")
+
+
+def test_a_row_without_times_pairs_without_a_ratio(two_runs, tmp_path, capsys):
+    a = two_runs[0].json
+    payload = json.loads(a.read_text())
+    rejected = payload["rows"][0]
+    times = ("time_us_p50", "time_us_p95", "time_us_min", "time_us_max", "time_us_mean")
+    rejected.update(error="the backend rejected it", samples_us=[], algbw_gbps=None, busbw_gbps=None,
+                    **dict.fromkeys(times))
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps(payload))
+    comparison = compare_runs(load_run(failed), load_run(a))
+    assert comparison.pairs[0].ratio is None and comparison.pairs[0].p_value is None
+    assert main(["compare", str(failed), str(a), "--markdown"]) == 0
+    size = format_size(rejected["size_bytes"])
+    assert f"| {size} | {rejected['mode']} | - | " in capsys.readouterr().out  # no base time, no change

@@ -25,7 +25,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
 # `commbench` as a command word (not commbench/..., commbench.load or commbench's), then what follows it
 COMMAND = re.compile(r"(?:^|(?<=[\s;&|(]))commbench(?=\s|$)([^\n]*)")
-WORD = re.compile(r"[a-z][a-z0-9_-]*")
+WORD = re.compile(r"[a-z0-9][a-z0-9_-]*")  # a command word: run, pattern, 3d, ...
 LONG_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 ALWAYS_VALID = {"--help", "--version"}  # click's, on every command
 SCHEMES = ("http://", "https://", "mailto:")

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from commbench.fit import describe_fit, fit_hockney, fit_rows
+from commbench.fit import ERROR_LIMIT, SeriesFit, describe_fit, fit_hockney, fit_line, fit_rows
 from commbench.results import load_run
 
 SIZES = [2**k for k in range(3, 31)]  # 8 B to 1 GiB
@@ -69,3 +69,52 @@ def test_a_run_stores_one_fit_per_series_and_they_match_its_rows(two_runs):
             assert fit["weights"] == "1/t^2" and fit["points"] == again.fit.points
             if fit["beta_gbps"] is not None:
                 assert fit["beta_bus_gbps"] == pytest.approx(fit["beta_gbps"] * fit["busbw_factor"])
+            assert fit["reliability"] == again.fit.reliability
+            assert fit["peak_algbw_gbps"] == pytest.approx(max(
+                row.algbw_gbps for row in run.rows if row.benchmark == fit["benchmark"]
+                and row.collective == fit["collective"] and row.mode == fit["mode"]), rel=1e-6)
+
+
+N_HALF = 25e-6 * 180e9  # α·β in bytes: the size whose time is half latency, half bandwidth (4.5 MB)
+
+
+def test_a_sweep_that_stops_below_the_half_bandwidth_size_gives_an_extrapolated_beta():
+    # Exact model times: β is recovered exactly either way; what changes is whether the sweep saw it.
+    whole = fit_hockney(SIZES, _times(25.0, 180.0))
+    assert whole.reliability == "ok" and whole.peak_algbw_gbps == pytest.approx(180.0, rel=0.01)
+    reaching = [size for size in SIZES if size <= 2 * N_HALF]  # up to 4 MiB < n½ < 8 MiB: algbw ≥ β/2
+    short = [size for size in SIZES if size <= 64 * 1024]  # algbw ≤ 2.6 GB/s, β is 70x that
+    found = fit_hockney(reaching, [25.0 + size / 180e3 for size in reaching])
+    assert found.beta_gbps == pytest.approx(180.0) and found.reliability == "ok"
+    assert found.peak_algbw_gbps > 180.0 / 2
+    found = fit_hockney(short, [25.0 + size / 180e3 for size in short])
+    assert found.beta_gbps == pytest.approx(180.0) and found.reliability == "extrapolated"
+    assert found.beta_gbps / found.peak_algbw_gbps == pytest.approx(70, rel=0.03)
+
+
+def test_a_fit_far_from_its_points_is_a_poor_fit():
+    noisy = fit_hockney(SIZES, _times(25.0, 180.0, noise=0.9, seed=3))
+    assert noisy.rms_relative_error > ERROR_LIMIT and "poor fit" in noisy.reliability
+    assert fit_hockney(SIZES, _times(25.0, 180.0, noise=0.05, seed=3)).reliability == "ok"
+
+
+def test_unreliable_fits_say_so_in_the_line_users_quote_and_in_the_saved_fit():
+    short = [size for size in SIZES if size <= 64 * 1024]
+    series = {"collective": "all_reduce", "mode": "sync"}
+    extrapolated = SeriesFit(series, "", fit_hockney(short, [25.0 + s / 180e3 for s in short]), 1.0, 8, 65536)
+    assert fit_line(extrapolated, with_mode=True) == (
+        "sync α-β fit: α = 25.0 µs, β = 180 GB/s · unreliable: β extrapolated, 69.7x the highest algbw "
+        "measured (2.58 GB/s)")  # 64 KiB in 25 µs + 64 KiB / 180 GB/s
+    assert extrapolated.to_dict()["reliability"] == "extrapolated"
+    reliable = SeriesFit(series, "", fit_hockney(SIZES, _times(25.0, 180.0)), 1.0, 8, 2**30)
+    assert "unreliable" not in fit_line(reliable, with_mode=False)
+    assert reliable.to_dict()["reliability"] == "ok"
+
+
+def test_the_console_formats_mark_exactly_the_unreliable_fits_a_run_saved(two_runs):
+    saved = two_runs[0]  # nccl-tests format: the fit is a '#' line under each table
+    stored = json.loads(saved.json.read_text())["fits"]
+    fit_lines = [line for line in saved.stdout.splitlines() if line.startswith("#") and "α-β fit" in line]
+    assert len(fit_lines) == len(stored)
+    marked = sum("· unreliable: " in line for line in fit_lines)
+    assert marked == sum(fit["reliability"] != "ok" for fit in stored)

@@ -1,6 +1,7 @@
-"""The FSDP pattern: layout and divide factors, the bucketer's schedule, bucketed == direct results on real
-gloo groups (with padding at 3 ranks and pre/post-division equal to a plain average), the overlap
-arithmetic, and the command end to end."""
+"""The FSDP pattern: layouts and reductions, the bucketer's schedule, bucketed == direct results on real
+gloo groups (with padding at 3 ranks, AVG and pre/post-division equal to a plain average), the overlap
+arithmetic, GPT-2 small's step, and the command end to end. tests/test_patterns_fsdp_torch.py compares the
+schedule with torch's own FSDP."""
 
 import json
 import math
@@ -12,16 +13,19 @@ import torch
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.errors import RunError
 from commbench.patterns.bucketing import BucketOptions, ReduceScatterBucketer
+from commbench.patterns.fsdp import FsdpConfig, fsdp_schedule
 from commbench.patterns.fsdp_check import FsdpChecker, grad_values, param_values, run_check
-from commbench.patterns.fsdp_step import FsdpStep, ShardState
+from commbench.patterns.fsdp_step import FsdpStep, ShardState, StepOptions
 from commbench.patterns.measure import step_dry
 from commbench.patterns.models import load_model
 from commbench.patterns.overlap import calibrate_size, overlap_percent
 from commbench.patterns.schedule import DRY, SYNC, Issuer
 from commbench.patterns.sharding import (
     MIB,
+    Reduction,
     default_divide_factors,
     divide_factors,
+    fsdp_reduction,
     parse_buckets,
     shard_model,
 )
@@ -33,18 +37,56 @@ CPU = torch.device("cpu")
 
 # --- pure arithmetic -----------------------------------------------------------------------------
 
-def test_parameters_are_padded_to_a_multiple_of_the_world_size():
+def test_fsdp2_pads_dim_0_of_each_parameter_to_a_multiple_of_the_world_size():
     plan = shard_model(load_model("tiny"), 3)
-    embeddings, block0, _, head = plan.units
-    token, position = embeddings.params
-    assert (token.numel, token.chunk, token.padding, token.offset) == (1552, 518, 2, 0)
-    assert (position.numel, position.chunk, position.padding, position.offset) == (528, 176, 0, 518)
-    assert embeddings.shard_numel == 694 and embeddings.full_numel == 3 * 694
-    scale = head.params[-1]
-    assert (scale.numel, scale.chunk, scale.padding) == (1, 1, 2)  # one element, a chunk per rank
-    assert block0.offset == 694 and plan.shard_numel == sum(unit.shard_numel for unit in plan.units)
-    assert plan.padding == 22 and shard_model(load_model("tiny"), 2).padding == 3
-    assert shard_model(load_model("gpt2-small"), 2).padding == 0
+    root, block0, _ = plan.units
+    token, position, norm_weight, _ = root.params
+    # [97, 16]: 33 rows per rank, so 99 rows with 2 of padding
+    assert (token.numel, token.chunk, token.padding, token.offset) == (1552, 33 * 16, 2 * 16, 0)
+    assert (position.numel, position.chunk, position.padding, position.offset) == (528, 176, 0, 528)
+    assert (norm_weight.numel, norm_weight.chunk, norm_weight.padding) == (16, 6, 2)
+    assert root.root and not block0.root and root.shard_numel == 716 and root.full_numel == 3 * 716
+    assert block0.offset == 716 and block0.shard_numel == 917
+    assert plan.shard_numel == sum(unit.shard_numel for unit in plan.units)
+    # GPT-2's vocabulary of 50257 rows becomes 50258 at 2 ranks and 50264 at 8
+    assert shard_model(load_model("gpt2-small"), 2).padding == 1 * 768
+    assert shard_model(load_model("gpt2-small"), 8).padding == 7 * 768 + 12 * 0
+
+
+def test_fsdp1_pads_each_unit_s_flat_parameter():
+    root, block0, block1 = shard_model(load_model("tiny"), 3, version=1).units
+    (flat,) = root.params
+    assert (flat.name, flat.numel, flat.chunk, flat.padding) == ("flat_param", 2112, 704, 0)
+    assert (block0.params[0].numel, block0.shard_numel, block0.padding) == (2587, 863, 2)
+    assert block1.offset == 704 + 863
+
+
+def test_fsdp2_averages_float32_and_bfloat16_and_divides_around_a_sum_otherwise():
+    assert fsdp_reduction(2, "float32", 4) == Reduction("avg") == fsdp_reduction(2, "bfloat16", 4)
+    assert fsdp_reduction(2, "float16", 4) == Reduction("sum", 2.0, 2.0)
+    assert fsdp_reduction(2, "float16", 3) == Reduction("sum", 2.0, 1.5)
+    assert fsdp_reduction(2, "float32", 1) == Reduction("sum")  # NCCL's AVG misbehaves on one rank
+    assert fsdp_reduction(1, "float32", 8) == Reduction("sum", 4.0, 2.0)  # FSDP1 always divides
+    assert fsdp_reduction(2, "float32", 8, (None, 8.0)) == Reduction("sum", 1.0, 8.0)  # given factors
+
+
+def test_a_gpt2_small_fsdp2_step_is_38_collectives_and_1_335_742_464_bytes_at_2_ranks():
+    labels = fsdp_schedule(FsdpConfig(model="gpt2-small"), 2)
+    assert len(labels) == 38 and sum(label.size_bytes for label in labels) == 1_335_742_464
+    # 12 blocks gathered twice and reduced once; the root gathered once (kept for backward), reduced once
+    gathers = [label.unit for label in labels if label.collective == "all_gather_base"]
+    assert gathers == ["root", *(f"block{i}" for i in range(12)), *(f"block{i}" for i in range(11, -1, -1))]
+    assert [label.unit for label in labels][-1] == "root"
+    assert {label.op for label in labels if label.collective == "reduce_scatter_base"} == {"avg"}
+    root = next(label for label in labels if label.unit == "root")
+    assert root.count_per_rank == (50258 * 768 + 1024 * 768 + 2 * 768) // 2  # 50257 rows padded to 50258
+    mixed = fsdp_schedule(FsdpConfig(model="gpt2-small", param_dtype="bfloat16", reduce_dtype="float32"), 2)
+    assert {(label.collective, label.dtype) for label in mixed} == {("all_gather_base", "bfloat16"),
+                                                                    ("reduce_scatter_base", "float32")}
+    assert [label.size_bytes for label in mixed] == [
+        label.size_bytes // 2 if label.collective == "all_gather_base" else label.size_bytes
+        for label in labels]
+    assert len(fsdp_schedule(FsdpConfig(model="gpt2-small", fsdp_version=1), 2)) == 38
 
 
 def test_divide_factors_split_the_world_size_as_fsdp_does():
@@ -113,14 +155,15 @@ def test_the_bucketer_flushes_on_overflow_and_reduces_big_gradients_directly():
 
 # --- real gloo groups -----------------------------------------------------------------------------
 
-def _reduce_with_each_bucketing(rank: int, world_size: int, buckets: str, given: tuple, list_api: bool,
+def _reduce_with_each_bucketing(rank: int, world_size: int, buckets: str, version: int, list_api: bool,
                                 dtype_name: str) -> dict:
     dtype = getattr(torch, dtype_name)
     backend = TorchDistBackend("gloo", CPU)
-    plan = shard_model(load_model("tiny"), world_size)
-    factors = divide_factors(world_size, *given)
-    state = ShardState(plan, dtype, CPU)
-    checker = FsdpChecker(state, factors, rank)  # its deterministic parameters and gradients
+    plan = shard_model(load_model("tiny"), world_size, version)
+    # FSDP2's float32 AVG at 3 ranks; FSDP1's sum divided by 1 and then 2 at 2 ranks
+    reduction = fsdp_reduction(version, dtype_name, world_size, (None, None) if version == 2 else (1.0, None))
+    state = ShardState(plan, (dtype, dtype), CPU)
+    checker = FsdpChecker(state, reduction, rank)  # its deterministic parameters and gradients
     gathered_buffers = [torch.zeros(plan.max_unit_shard * world_size, dtype=dtype)]
     gathered: dict[str, list[float]] = {}
 
@@ -133,7 +176,8 @@ def _reduce_with_each_bucketing(rank: int, world_size: int, buckets: str, given:
 
     results = {}
     for bucketing in parse_buckets(buckets):
-        step = FsdpStep(backend, state, bucketing, factors, gathered_buffers, reshard=True, list_api=list_api)
+        step = FsdpStep(backend, state, bucketing, gathered_buffers,
+                        StepOptions(reduction, gather_list=list_api, scatter_list=list_api))
         step_dry(backend, step, "test")
         state.grad_shards.fill_(float("nan"))  # a result no callback delivered stays NaN
         step.run(Issuer(backend, SYNC, "test"), hooks=Hooks())
@@ -153,12 +197,13 @@ def _reduce_with_each_bucketing(rank: int, world_size: int, buckets: str, given:
         failure = ""
     except RunError as exc:
         failure = str(exc)
-    return {"results": results, "gathered": gathered, "factors": factors, "clean": clean,
+    return {"results": results, "gathered": gathered, "reduction": reduction, "clean": clean,
             "corrupted": corrupted, "failure": failure}
 
 
-def _assert_reduced_and_gathered(outcome: list[dict], world_size: int, dtype: torch.dtype) -> None:
-    plan = shard_model(load_model("tiny"), world_size)
+def _assert_reduced_and_gathered(outcome: list[dict], world_size: int, dtype: torch.dtype, version: int
+                                 ) -> None:
+    plan = shard_model(load_model("tiny"), world_size, version)
     reference = [rank["results"]["0"] for rank in outcome]
     for label in outcome[0]["results"]:
         # bucketed results equal the unbucketed (one reduce-scatter per parameter) ones, element for element
@@ -182,25 +227,26 @@ def _assert_reduced_and_gathered(outcome: list[dict], world_size: int, dtype: to
     assert any("reduced gradient" in message for rank in outcome for message in rank["corrupted"])
     last = world_size - 1
     for rank in outcome:
+        first = plan.units[0].params[0].name
         assert rank["failure"].startswith(f"fsdp tiny, bucket test: check failed on rank {last}: reduced "
-                                          "gradient embeddings.tok.weight")
+                                          f"gradient root.{first}")
         assert "against the unbucketed result" in rank["failure"] and "expected -1" in rank["failure"]
 
 
 @pytest.mark.processes
-def test_bucketed_equals_direct_with_padding_and_the_average_at_3_ranks():
+def test_fsdp2_bucketed_equals_direct_with_padding_and_avg_at_3_ranks():
     buckets = "0,unit,0.0001,0.0005,1"  # per parameter, per unit, 13 and 65 elements per rank, everything
-    outcome = run_ranks(_reduce_with_each_bucketing, 3, buckets, (None, None), False, "float32")
-    assert outcome[0]["factors"] == (2.0, 1.5)  # the default split of 3: not a whole postdivide
+    outcome = run_ranks(_reduce_with_each_bucketing, 3, buckets, 2, False, "float32")
+    assert outcome[0]["reduction"] == Reduction("avg")
     assert shard_model(load_model("tiny"), 3).padding > 0
-    _assert_reduced_and_gathered(outcome, 3, torch.float32)
+    _assert_reduced_and_gathered(outcome, 3, torch.float32, 2)
 
 
 @pytest.mark.processes
-def test_list_fallback_and_given_factors_in_bfloat16_at_2_ranks():
-    outcome = run_ranks(_reduce_with_each_bucketing, 2, "0,unit,0.0002", (1.0, None), True, "bfloat16")
-    assert outcome[0]["factors"] == (1.0, 2.0)
-    _assert_reduced_and_gathered(outcome, 2, torch.bfloat16)
+def test_fsdp1_list_fallback_and_given_factors_in_bfloat16_at_2_ranks():
+    outcome = run_ranks(_reduce_with_each_bucketing, 2, "0,unit,0.0002", 1, True, "bfloat16")
+    assert outcome[0]["reduction"] == Reduction("sum", 1.0, 2.0)
+    _assert_reduced_and_gathered(outcome, 2, torch.bfloat16, 1)
 
 
 # --- the command ----------------------------------------------------------------------------------
@@ -212,7 +258,7 @@ def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp
                        "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "fsdp · tiny · float32 · 2 ranks · predivide 2 · postdivide 1 · per unit, p50 µs per step" in out
+    assert "fsdp2 · tiny · float32 · 2 ranks · avg · per unit, p50 µs per step" in out
     assert "time per step" in out and "best bucketing: " in out and "overlap %" in out
     assert "reduce-scatter 0.001 MiB" in out and "(end of backward)" in out
     assert out.count("checked") == 3
@@ -221,12 +267,13 @@ def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp
     rows = saved.rows
     assert saved.meta["status"] == "complete" and saved.meta["config"]["pattern"] == "fsdp"
     assert {row.bucket_mb for row in rows} == {"unit", "0", "0.001"}
-    assert all(row.pattern == "fsdp" and row.model == "tiny" and row.predivide == 2.0 for row in rows)
+    assert all(row.pattern == "fsdp" and row.variant == "fsdp2" and row.model == "tiny" for row in rows)
+    assert {row.op for row in rows if row.collective == "reduce_scatter_base"} == {"avg"}
     assert len({row.key() for row in rows}) == len(rows)  # every row is its own measurement
     units = [row.unit for row in rows if row.bucket_mb == "0" and row.phase == "forward"]
-    assert units == ["embeddings", "block0", "block1", "head"]
+    assert units == ["root", "block0", "block1"]
     direct = [row for row in rows if row.bucket_mb == "0" and row.collective == "reduce_scatter_base"]
-    assert sum(row.calls_per_step for row in direct) == 16  # one per parameter
+    assert sum(row.calls_per_step for row in direct) == 4 + 2 * 12  # one per parameter
     for bucket in ("unit", "0", "0.001"):
         step = next(r for r in rows if r.bucket_mb == bucket and r.phase == "step")
         parts = [r for r in rows if r.bucket_mb == bucket and r.phase in ("forward", "backward", "flush")]
@@ -240,18 +287,23 @@ def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp
         assert 0 <= both.overlap_pct <= 100
     header = (run_dir / "results.csv").read_text().splitlines()[0].split(",")
     assert {"pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide"} <= set(header)
-    assert json.loads((run_dir / "results.json").read_text())["rows"][0]["unit"] == "embeddings"
+    assert json.loads((run_dir / "results.json").read_text())["rows"][0]["unit"] == "root"
 
 
 @pytest.mark.processes
 def test_no_launcher_spawns_three_ranks_and_cuts_layers(tmp_path):
     json_path = Path(tmp_path) / "r.json"
     result = commbench("pattern", "fsdp", "--model", "tiny", "--layers", "1", "--no-reshard", "--iters", "1",
-                       "--nproc", "3", "--json", str(json_path), "--output-dir", str(tmp_path), "--quiet")
+                       "--fsdp-version", "1", "--nproc", "3", "--json", str(json_path), "--output-dir",
+                       str(tmp_path), "--quiet")
     assert result.returncode == 0, result.stderr
     saved = load_run(json_path)
     assert saved.meta["world_size"] == 3 and saved.meta["launcher"] == "local"
     assert {row.model for row in saved.rows} == {"tiny/layers=1"}
-    assert {row.unit for row in saved.rows if row.phase == "forward"} == {"embeddings", "block0", "head"}
+    assert {row.unit for row in saved.rows if row.phase == "forward"} == {"root", "block0"}
     assert not any(row.phase == "backward" and row.collective.startswith("all_gather") for row in saved.rows)
-    assert {(row.predivide, row.postdivide) for row in saved.rows} == {(2.0, 1.5)}
+    assert {(row.variant, row.predivide, row.postdivide) for row in saved.rows} == {("fsdp1", 2.0, 1.5)}
+    # FSDP1 on CPU gathers its flat parameters with the list all_gather
+    assert {row.collective for row in saved.rows if row.phase == "forward"} == {"all_gather"}
+    # pattern rows carry the run's peak like sweep rows (commbench.provenance): a loopback host here
+    assert all(row.peak_gbps and row.pct_of_peak is not None for row in saved.rows if row.busbw_gbps)

@@ -1,4 +1,5 @@
-"""Model specs: the presets' parameter totals, --layers, and every bad SPEC refused with its file named."""
+"""Model specs: the presets' parameter totals and dims, --layers, and every bad SPEC refused with its file
+named."""
 
 import pytest
 
@@ -7,28 +8,47 @@ from commbench.errors import UsageError
 from commbench.patterns.models import load_model, parse_model, preset_names
 from tests.dist_helpers import commbench
 
-# Published totals: GPT-2 small 124,439,808 (Hugging Face `gpt2`, tied head); Llama 7B 6,738,415,616.
+# Published totals: GPT-2 small 124,439,808 (Hugging Face `gpt2`, tied head); Llama 7B 6,738,415,616;
+# Mixtral 8x7B 46.7B (arXiv:2401.04088): 8 experts of 3 x 14336 x 4096, grouped-query k/v of 1024 rows.
 GPT2_SMALL = 50257 * 768 + 1024 * 768 + 12 * (
     2 * 768 + 768 * 2304 + 2304 + 768 * 768 + 768 + 2 * 768 + 768 * 3072 + 3072 + 3072 * 768 + 768) + 2 * 768
 LLAMA_7B = 32000 * 4096 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096) + 4096 + 32000 * 4096
+MIXTRAL = 2 * 32000 * 4096 + 4096 + 32 * (
+    2 * 4096 * 4096 + 2 * 1024 * 4096 + 8 * 4096 + 8 * 3 * 14336 * 4096 + 2 * 4096)
 
 
 def test_preset_totals_match_the_published_parameter_counts():
     assert GPT2_SMALL == 124_439_808 and LLAMA_7B == 6_738_415_616
     gpt2 = load_model("gpt2-small")
     assert gpt2.numel == GPT2_SMALL
-    assert [unit.name for unit in gpt2.units] == ["embeddings", *(f"block{i}" for i in range(12)), "head"]
-    assert gpt2.layer_count == 12 and len(gpt2.units[1].params) == 12
+    assert [unit.name for unit in gpt2.units] == ["root", *(f"block{i}" for i in range(12))]
+    assert gpt2.units[0].root and gpt2.layer_count == 12 and len(gpt2.units[1].params) == 12
+    assert gpt2.units[1].params[2].shape == (2304, 768)  # nn.Linear's [out, in]: FSDP2 shards dim 0
     llama = load_model("llama-7b")
     assert llama.numel == LLAMA_7B
-    assert len(llama.units) == 34 and llama.units[1].numel == 202_383_360
+    assert len(llama.units) == 33 and llama.units[1].numel == 202_383_360
     assert round(llama.numel / 1e9, 1) == 6.7 and round(gpt2.numel / 1e6) == 124
-    assert {"gpt2-small", "llama-7b", "tiny"} <= set(preset_names())
+    mixtral = load_model("mixtral-8x7b")
+    assert mixtral.numel == MIXTRAL == 46_702_792_704 and round(mixtral.numel / 1e9, 1) == 46.7
+    assert (mixtral.dims.experts, mixtral.dims.top_k, mixtral.dims.kv_heads) == (8, 2, 8)
+    assert {"gpt2-small", "llama-7b", "tiny", "mixtral-8x7b"} <= set(preset_names())
+
+
+def test_every_preset_s_dims_agree_with_its_shapes():
+    for name in preset_names():
+        model = load_model(name)
+        dims, block = model.dims, model.units[1]
+        assert dims.layers == model.layer_count, name
+        hidden_sized = [param.shape for param in block.params if len(param.shape) == 2]
+        assert all(dims.hidden in shape for shape in hidden_sized), name
+        assert any(dims.ffn in shape for shape in hidden_sized), name
+        embedding = model.units[0].params[0].shape
+        assert embedding == (dims.vocab, dims.hidden), name
 
 
 def test_layers_cuts_a_model_down_and_names_the_cut():
     llama = load_model("llama-7b", layers=2)
-    assert [unit.name for unit in llama.units] == ["embeddings", "block0", "block1", "head"]
+    assert [unit.name for unit in llama.units] == ["root", "block0", "block1"] and llama.dims.layers == 2
     assert llama.numel == LLAMA_7B - 30 * 202_383_360
     assert llama.label == "llama-7b/layers=2" and load_model("llama-7b").label == "llama-7b"
     with pytest.raises(UsageError, match="--layers 33: model llama-7b has 32 layers; choose 1 to 32"):
@@ -68,6 +88,23 @@ def test_a_spec_file_is_parsed_in_order(tmp_path):
      "'repeat' must be a whole number of at least 1"),
     ({"units": [{"name": "a", "params": {"w": [1]}}, {"name": "a", "params": {"w": [1]}}]},
      "m.yaml: unit name 'a' appears twice"),
+    ({"units": [{"name": "a", "params": {"w": [1]}}, {"name": "r", "root": True, "params": {"w": [1]}}]},
+     "m.yaml: the root unit must come first"),
+    ({"units": [{"name": "r", "root": "yes", "params": {"w": [1]}}]}, "'root' must be true or false"),
+    ({"units": [{"name": "r", "root": True, "repeat": 2, "params": {"w": [1]}}]},
+     "a root unit cannot repeat"),
+    ({"dims": {"hidden": 4}, "units": [{"name": "a", "params": {"w": [1]}}]},
+     "m.yaml: dims: 'layers' is missing"),
+    ({"dims": {"hidden": 4, "layers": 2, "heads": 1, "ffn": 8, "vocab": 9, "context": 0},
+      "units": [{"name": "a", "params": {"w": [1]}}]}, "dims: context must be a whole number of at least 1"),
+    ({"dims": {"hidden": 4, "layers": 2, "heads": 1, "ffn": 8, "vocab": 9, "context": 5, "expert": 2},
+      "units": [{"name": "a", "params": {"w": [1]}}]}, "dims: unknown key 'expert' (did you mean experts?)"),
+    ({"dims": {"hidden": 4, "layers": 3, "heads": 1, "ffn": 8, "vocab": 9, "context": 5},
+      "units": [{"name": "a", "repeat": 2, "params": {"w": [1]}}]},
+     "layers is 3 but the spec has 2 layer units"),
+    ({"dims": {"hidden": 4, "layers": 1, "heads": 1, "ffn": 8, "vocab": 9, "context": 5, "experts": 4,
+               "top_k": 5},
+      "units": [{"name": "a", "params": {"w": [1]}}]}, "top_k must be 1 to experts (4), got 5"),
 ])
 def test_bad_specs_name_the_file_and_the_problem(document, message):
     with pytest.raises(UsageError) as caught:
@@ -96,7 +133,10 @@ BAD_COMMANDS = [
     ({"predivide": 0.0}, "--predivide 0 must be above 0"),
     ({"postdivide": -2.0}, "--postdivide -2 must be above 0"),
     ({"check": True, "predivide": 3.0}, "--check needs a power-of-two --predivide"),
-    ({"dtype": "int32"}, "FSDP gradients are floating point"),
+    ({"dtype": "int32"}, "--dtype int32: FSDP parameters and gradients are floating point"),
+    ({"reduce_dtype": "int8"}, "--reduce-dtype int8: FSDP parameters and gradients are floating point"),
+    ({"param_dtype": "fp17"}, "unknown dtype 'fp17'"),
+    ({"fsdp_version": 3}, "--fsdp-version 3: choose 2 (fully_shard) or 1"),
     ({"dtype": "float7"}, "unknown dtype 'float7'"),
     ({"compute_size": "huge"}, "--compute-size 'huge'"),
     ({"iters": 0}, "--iters 0 must be at least 1"),

@@ -97,3 +97,12 @@ def test_rows_written_before_the_check_fields_existed_still_load(tmp_path):
     (row,) = load_run(tmp_path / "old.json").rows
     assert (row.placement, row.wrong, row.first_wrong, row.error) == ("", None, "", "")
     assert row.key() != replace(row, placement="in-place").key()  # placements are told apart
+
+
+def test_titles_leave_out_the_placement_a_collective_has_by_default():
+    from commbench.results import default_placement
+
+    row = replace(_row(1024), placement="in-place")  # all_reduce runs in place unless asked
+    assert default_placement("all_reduce") == "in-place" and default_placement("not_a_collective") == ""
+    assert row.qualifiers() == [] and replace(row, placement="out-of-place").qualifiers() == [
+        "placement out-of-place"]

@@ -154,6 +154,12 @@ class Backend(ABC):
     def new_groups(self, members: list[list[int]]) -> Any:
         """Create one process group per member list, on every rank in the same order (as process-group
         creation requires); return the handle of the group holding this rank."""
+        return next((handle for handle in self.new_group_handles(members) if handle is not None), None)
+
+    def new_group_handles(self, members: list[list[int]], descs: list[str] | None = None) -> list[Any]:
+        """Create one process group per member list, on every rank in the same order; return every
+        group's handle, None on the ranks outside it (groups may overlap: a rank may be in several).
+        ``descs`` describe the groups where the backend records a description (torch's group_desc)."""
         raise NotImplementedError(f"{type(self).__name__} cannot split the world into groups")
 
     def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:

@@ -5,6 +5,7 @@ The flat reduce-scatter and all-gather moved names across releases (``_reduce_sc
 start-up, so the timed loop pays no lookup and no deprecation warning.
 """
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,10 @@ _REDUCE_OPS = {
     "max": "MAX",
     "prod": "PRODUCT",
 }
+
+
+# Newer torch takes a group description, which Flight Recorder and profiler traces name groups by.
+_NEW_GROUP_TAKES_DESC = "group_desc" in inspect.signature(dist.new_group).parameters
 
 
 def _first_present(*names: str) -> Callable | None:
@@ -126,18 +131,16 @@ class TorchDistBackend(Backend):
             torch.cuda.empty_cache()
 
     # --- groups and coordination ----------------------------------------------------------------
-    def new_groups(self, members: list[list[int]]) -> Any:
-        options = {} if self._waiter.timeout_s is None else \
+    def new_group_handles(self, members: list[list[int]], descs: list[str] | None = None) -> list[Any]:
+        timeout = {} if self._waiter.timeout_s is None else \
             {"timeout": communicator_timeout(self.name, self._waiter.timeout_s)}
-        mine = None
-        for ranks in members:
-            group = dist.new_group(list(ranks), **options)  # every rank creates every group, in order
-            if self.rank in ranks:
-                mine = group
-                if dist.get_group_rank(group, self.rank) != list(ranks).index(self.rank):
-                    raise RuntimeError(f"torch numbers the group {list(ranks)} in another order (it sorts "
-                                       "ranks): roots and peers would be wrong")
-        return mine
+        handles = []
+        for index, ranks in enumerate(members):
+            options = {"group_desc": descs[index]} if descs and _NEW_GROUP_TAKES_DESC else {}
+            # every rank creates every group, in order; torch numbers a group's ranks in ascending order
+            group = dist.new_group(list(ranks), **timeout, **options)
+            handles.append(group if self.rank in ranks else None)
+        return handles
 
     def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
         if self._coordinator is None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.patterns.schedule import Issuer, Label, Pending, Ring
+from commbench.patterns.schedule import Issuer, Label, Pending, Ring, dtype_name
 
 FLAT, LIST = "reduce_scatter_base", "reduce_scatter"
 
@@ -34,6 +34,7 @@ class BucketOptions:
     list_api: bool = False
     direct_numel: int = 0
     reserved: bool = False
+    op: str = "sum"  # the reduce op: FSDP2 averages float32 and bfloat16 gradients
 
 
 @dataclass
@@ -88,6 +89,7 @@ class ReduceScatterBucketer:
         self.depth = depth = options.depth
         self.list_api = options.list_api
         self.reserved = options.reserved
+        self.op = options.op
         self.issuer: Issuer | None = None  # set by the step for each run
         self._element_size = torch.empty((), dtype=dtype).element_size()
         self._direct_numel = direct_numel = options.direct_numel
@@ -172,7 +174,7 @@ class ReduceScatterBucketer:
             inputs = bucket.buffers.staging[: self.world_size * filled]
             inputs.view(self.world_size, filled).copy_(rows[:, :filled])
             collective = FLAT
-        args = CollectiveArgs(input=inputs, output=bucket.buffers.output[:filled], op="sum",
+        args = CollectiveArgs(input=inputs, output=bucket.buffers.output[:filled], op=self.op,
                               process_group=group)
         self._issue(collective, args, unit, phase, filled)
         pending = Pending(args, bucket.callbacks)
@@ -197,7 +199,7 @@ class ReduceScatterBucketer:
             collective, inputs = LIST, list(source.view(self.world_size, chunk).unbind(0))
         else:
             collective, inputs = FLAT, source
-        args = CollectiveArgs(input=inputs, output=output, op="sum", process_group=group)
+        args = CollectiveArgs(input=inputs, output=output, op=self.op, process_group=group)
         self._issue(collective, args, unit, "backward", chunk)
         pending = Pending(args, [partial(callback, output)])
         if not self._issuer().async_op:
@@ -209,7 +211,8 @@ class ReduceScatterBucketer:
 
     def _issue(self, collective: str, args: CollectiveArgs, unit: str, phase: str, chunk: int) -> None:
         size = chunk * self.world_size * self._element_size
-        self._issuer().issue(Label(collective, unit, phase, size, chunk), args)
+        label = Label(collective, unit, phase, size, chunk, dtype_name(self.dtype), self.op)
+        self._issuer().issue(label, args)
 
     def _issuer(self) -> Issuer:
         if self.issuer is None:

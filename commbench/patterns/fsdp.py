@@ -1,8 +1,9 @@
-"""The FSDP pattern: the collectives of one training step of a model sharded by FSDP.
+"""The FSDP pattern: the collectives of one training step of a model sharded by FSDP2 or FSDP1.
 
 The step itself (what is issued, in which order, with which buffers) is fsdp_step.py; --check is
 fsdp_check.py; timing it and its rows are measure.py. This module holds the pattern's configuration and
 runs it: per bucketing, an untimed --check step, timed steps, rows as each bucketing finishes.
+``fsdp_schedule`` gives a step's collectives without running anything (on the meta device: no memory).
 """
 
 from dataclasses import dataclass, field, replace
@@ -10,23 +11,28 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from commbench.backends.base import Backend
+from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config import LaunchConfig, resolve_launch
 from commbench.dtypes import canonical_dtype, torch_dtype
 from commbench.errors import UsageError, failures_named
 from commbench.output import Output
 from commbench.patterns.fsdp_check import FsdpChecker, run_check
-from commbench.patterns.fsdp_step import FsdpStep, ShardState
+from commbench.patterns.fsdp_step import FsdpStep, ShardState, StepOptions
 from commbench.patterns.measure import StepRun, measure_breakdown, measure_overlap, step_dry
 from commbench.patterns.models import load_model
+from commbench.patterns.schedule import Label
 from commbench.patterns.sharding import (
+    FSDP_VERSIONS,
     Bucketing,
+    Reduction,
     ShardPlan,
-    divide_factors,
+    fsdp_reduction,
     is_power_of_two,
     parse_buckets,
     shard_model,
 )
 from commbench.results import Row
+from commbench.runner import Session
 
 PATTERN = "fsdp"
 GRADIENT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -40,15 +46,18 @@ class FsdpConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     model: str = "gpt2-small"  # a preset name or a YAML file
     layers: int | None = None  # keep only the first N layer units
+    fsdp_version: int = 2  # 2: fully_shard (per-parameter dim-0 shards); 1: FullyShardedDataParallel
     buckets: list[str] = field(default_factory=lambda: ["unit"])  # 'unit' or sizes in MiB
-    predivide: float | None = None  # None: FSDP's default split of the world size
+    predivide: float | None = None  # None: FSDP's own reduction (AVG, or a split division for float16)
     postdivide: float | None = None
     fallback: str = "none"  # 'list': list reduce_scatter / all_gather instead of the flat APIs
-    reshard: bool = True  # re-gather parameters in the backward pass (FSDP's FULL_SHARD)
+    reshard: bool = True  # re-gather non-root parameters in the backward pass (FSDP's FULL_SHARD)
     overlap: bool = False
     compute_size: str = "auto"  # matmul size for --overlap, or 'auto': as long as the communication
     check: bool = False
-    dtype: str = "float32"
+    dtype: str = "float32"  # the model's dtype: all-gathers and reduce-scatters unless set apart below
+    param_dtype: str | None = None  # mixed precision: the all-gathers' dtype
+    reduce_dtype: str | None = None  # mixed precision: the reduce-scatters' dtype [default: param_dtype]
     warmup: int = 0  # the dry step that sizes every buffer comes first; the median of 3 absorbs a cold step
     iters: int = 3
     pattern: str = PATTERN
@@ -56,14 +65,29 @@ class FsdpConfig:
     def check_world(self, world_size: int) -> None:
         """Any world size shards the model (parameters are padded to a multiple of it)."""
 
+    @property
+    def variant(self) -> str:
+        return f"fsdp{self.fsdp_version}"
+
+    def dtypes(self) -> tuple[str, str]:
+        """(all-gather dtype, reduce-scatter dtype): FSDP's reduce_dtype defaults to param_dtype."""
+        param = self.param_dtype or self.dtype
+        return param, self.reduce_dtype or param
+
 
 def resolve_fsdp(config: FsdpConfig) -> FsdpConfig:
     """A validated copy; UsageError (exit 2) on the first problem, before any process group starts."""
     load_model(config.model, config.layers)  # the spec's problems surface here, naming the file
-    dtype = canonical_dtype(config.dtype)
-    if dtype not in GRADIENT_DTYPES:
-        raise UsageError(f"--dtype {dtype}: FSDP gradients are floating point; choose from "
-                         f"{', '.join(GRADIENT_DTYPES)}")
+    if config.fsdp_version not in FSDP_VERSIONS:
+        raise UsageError(f"--fsdp-version {config.fsdp_version}: choose 2 (fully_shard) or 1 "
+                         "(FullyShardedDataParallel)")
+    names = {}
+    for flag, value in (("--dtype", config.dtype), ("--param-dtype", config.param_dtype),
+                        ("--reduce-dtype", config.reduce_dtype)):
+        names[flag] = None if value is None else canonical_dtype(value)
+        if names[flag] is not None and names[flag] not in GRADIENT_DTYPES:
+            raise UsageError(f"{flag} {names[flag]}: FSDP parameters and gradients are floating point; "
+                             f"choose from {', '.join(GRADIENT_DTYPES)}")
     buckets = [bucketing.label for bucketing in parse_buckets(",".join(config.buckets))]
     for flag, value in (("--predivide", config.predivide), ("--postdivide", config.postdivide)):
         if value is not None and not value > 0:
@@ -79,57 +103,94 @@ def resolve_fsdp(config: FsdpConfig) -> FsdpConfig:
     for flag, value, minimum in (("--warmup", config.warmup, 0), ("--iters", config.iters, 1)):
         if value < minimum:
             raise UsageError(f"{flag} {value} must be at least {minimum}")
-    return replace(config, launch=resolve_launch(config.launch), dtype=dtype, buckets=buckets,
+    return replace(config, launch=resolve_launch(config.launch), dtype=names["--dtype"],
+                   param_dtype=names["--param-dtype"], reduce_dtype=names["--reduce-dtype"], buckets=buckets,
                    compute_size=compute_size)
 
 
-def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, session: object = None
+@dataclass(frozen=True)
+class FsdpSetup:
+    """What every bucketing of a run shares: the layout, the reduction, the buffers and how to issue."""
+
+    plan: ShardPlan
+    reduction: Reduction
+    state: ShardState
+    gathered: list[torch.Tensor]
+    options: StepOptions
+
+    def step(self, backend: Backend, bucketing: Bucketing) -> FsdpStep:
+        return FsdpStep(backend, self.state, bucketing, self.gathered, self.options)
+
+
+def fsdp_setup(config: FsdpConfig, world_size: int, device: torch.device, device_type: str | None = None
+               ) -> FsdpSetup:
+    """The run's layout, reduction and buffers on ``device``; ``device_type`` is where the run's
+    parameters live (the device's own type unless a schedule is computed on the meta device)."""
+    plan = shard_model(load_model(config.model, config.layers), world_size, config.fsdp_version)
+    param_dtype, reduce_dtype = config.dtypes()
+    reduction = fsdp_reduction(config.fsdp_version, reduce_dtype, world_size,
+                               (config.predivide, config.postdivide))
+    state = ShardState(plan, (torch_dtype(param_dtype), torch_dtype(reduce_dtype)), device)
+    gathered = [torch.zeros(plan.max_unit_shard * world_size, dtype=state.param_dtype, device=device)
+                for _ in range(2 if config.overlap else 1)]
+    # FSDP1 gathers CPU flat parameters with the list all_gather (its flat API is for accelerators)
+    gather_list = config.fallback == "list" or (config.fsdp_version == 1 and
+                                                (device_type or device.type) == "cpu")
+    options = StepOptions(reduction, config.reshard, gather_list, config.fallback == "list")
+    return FsdpSetup(plan, reduction, state, gathered, options)
+
+
+def fsdp_schedule(config: FsdpConfig, world_size: int, bucket: str = "unit", device: str = "cpu"
+                  ) -> list[Label]:
+    """One step's collectives in order, computed without communicating or allocating (meta tensors);
+    ``device`` is the one the run would use (FSDP1 gathers differently on CPU)."""
+    meta = torch.device("meta")
+    setup = fsdp_setup(config, world_size, meta, device_type=device)
+    backend = TorchDistBackend("gloo", meta)  # a dry issuer never calls the backend
+    return step_dry(backend, setup.step(backend, parse_buckets(bucket)[0]), f"fsdp {config.model} schedule")
+
+
+def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, session: Session | None = None
              ) -> list[Row]:
     """Every bucketing of the (one) config's buckets: an untimed --check step, timed steps, rows as each
-    finishes. (``session`` carries sub-communicators and agreed stops for sweeps; a pattern runs on the
-    world.)"""
+    finishes. (A pattern runs on the world: of the ``session`` it takes the rows' provenance context.)"""
     (config,) = configs
-    model = load_model(config.model, config.layers)
-    world = backend.world_size
-    plan = shard_model(model, world)
-    factors = divide_factors(world, config.predivide, config.postdivide)
-    dtype = torch_dtype(config.dtype)
-    state = ShardState(plan, dtype, backend.device)
-    gathered = [torch.zeros(plan.max_unit_shard * world, dtype=dtype, device=backend.device)
-                for _ in range(2 if config.overlap else 1)]
-    output.note(_summary(plan, config, factors, state.param_shards.element_size()))
-    if factors[0] * factors[1] != world:
-        output.note(f"predivide {factors[0]:g} x postdivide {factors[1]:g} is not the world size {world}: "
-                    "the reduced gradients are the sum over ranks divided by that product, not the average")
-
-    def make_step(bucketing: Bucketing) -> FsdpStep:
-        return FsdpStep(backend, state, bucketing, factors, gathered, reshard=config.reshard,
-                        list_api=config.fallback == "list")
-
-    checker = FsdpChecker(state, factors, backend.rank) if config.check else None
+    setup = fsdp_setup(config, backend.world_size, backend.device)
+    plan, reduction = setup.plan, setup.reduction
+    model = plan.model
+    output.note(_summary(setup, config))
+    if reduction.op == "sum" and reduction.predivide * reduction.postdivide != backend.world_size:
+        output.note(f"predivide {reduction.predivide:g} x postdivide {reduction.postdivide:g} is not the "
+                    f"world size {backend.world_size}: the reduced gradients are the sum over ranks divided "
+                    "by that product, not the average")
+    checker = FsdpChecker(setup.state, reduction, backend.rank) if config.check else None
     if checker is not None:  # the unbucketed reference every bucketing must match element for element
         context = f"fsdp {model.label}, bucket 0 MiB (the unbucketed reference)"
         with failures_named(lambda: f"{context} failed on rank {backend.rank}"):
-            direct = make_step(Bucketing("0", 0))
+            direct = setup.step(backend, Bucketing("0", 0))
             step_dry(backend, direct, context)
             run_check(backend, checker, direct, context)
-            checker.reference = state.grad_shards.clone()
+            checker.reference = setup.state.grad_shards.clone()
     rows: list[Row] = []
     # One matmul size for every bucketing: the model's compute does not change with the bucketing.
     compute_size = None if config.compute_size == "auto" else int(config.compute_size)
+    param_dtype, reduce_dtype = config.dtypes()
+    step_dtype = param_dtype if param_dtype == reduce_dtype else f"{param_dtype}+{reduce_dtype}"
     for bucketing in parse_buckets(",".join(config.buckets)):
         context = f"fsdp {model.label}, bucket {bucketing.describe()}"
         with failures_named(lambda: f"{context} failed on rank {backend.rank}"):  # noqa: B023 - used at once
-            step = make_step(bucketing)
+            step = setup.step(backend, bucketing)
             labels = step_dry(backend, step, context)
             if checker is not None:
                 run_check(backend, checker, step, context)
-            shared = dict(pattern=PATTERN, model=model.label, dtype=config.dtype, bucket_mb=bucketing.label,
-                          predivide=factors[0], postdivide=factors[1])
-            run = StepRun(backend, step, labels, context, config.iters, config.warmup, shared)
-            measured = measure_breakdown(run)
+            shared = dict(pattern=PATTERN, variant=config.variant, model=model.label, dtype=step_dtype,
+                          bucket_mb=bucketing.label, predivide=reduction.predivide,
+                          postdivide=reduction.postdivide)
+            run = StepRun(backend, step, labels, context, config.iters, config.warmup, shared,
+                          row_context=session.row_context if session else None)
+            measured = measure_breakdown(run).rows
             if config.overlap:
-                compute_size, overlap_rows = measure_overlap(run, compute_size)
+                compute_size, overlap_rows = measure_overlap(run, compute_size, setup.state.param_dtype)
                 measured += overlap_rows
         for row in measured:
             output.row(row)
@@ -141,13 +202,18 @@ def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, sessio
     return rows
 
 
-def _summary(plan: ShardPlan, config: FsdpConfig, factors: tuple[float, float], element_size: int) -> str:
+def _summary(setup: FsdpSetup, config: FsdpConfig) -> str:
+    plan, reduction = setup.plan, setup.reduction
     model = plan.model
-    mib = model.numel * element_size / 2**20
+    mib = model.numel * setup.state.param_shards.element_size() / 2**20
     cut = f" (first {model.layers_kept} of {model.layer_count} layers)" if model.layers_kept else ""
     regather = "re-gathered in backward" if config.reshard else "kept from forward (--no-reshard)"
-    api = "list APIs (--fallback list)" if config.fallback == "list" else "flat APIs"
-    return (f"fsdp {model.name}{cut}: {len(plan.units)} units, {model.param_count} parameters, "
-            f"{model.numel:,} elements ({mib:,.1f} MiB {config.dtype}); at {plan.world_size} ranks "
-            f"{plan.shard_numel:,} elements per rank, {plan.padding:,} of padding; predivide "
-            f"{factors[0]:g}, postdivide {factors[1]:g}; parameters {regather}; {api}")
+    api = "list all_gather" if setup.options.gather_list else "flat APIs"
+    divide = "" if reduction.op == "avg" else \
+        f", predivide {reduction.predivide:g}, postdivide {reduction.postdivide:g}"
+    param_dtype, reduce_dtype = config.dtypes()
+    return (f"fsdp{config.fsdp_version} {model.name}{cut}: {len(plan.units)} units, {model.param_count} "
+            f"parameters, {model.numel:,} elements ({mib:,.1f} MiB {param_dtype}); at {plan.world_size} "
+            f"ranks {plan.shard_numel:,} elements per rank, {plan.padding:,} of padding; all-gathers in "
+            f"{param_dtype}, reduce-scatters in {reduce_dtype} ({reduction.op}{divide}); parameters "
+            f"{regather} (the root's always kept); {api}")

@@ -12,7 +12,7 @@ from commbench.backends.base import Backend
 from commbench.errors import RunError
 from commbench.patterns.fsdp_step import FsdpStep, ShardState
 from commbench.patterns.schedule import SYNC, Issuer
-from commbench.patterns.sharding import Bucketing, ShardedParam, ShardedUnit
+from commbench.patterns.sharding import Bucketing, Reduction, ShardedParam, ShardedUnit
 
 
 def param_values(param: ShardedParam, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -36,16 +36,16 @@ class FsdpChecker:
     """--check: deterministic parameters and gradients, the gathered parameters compared on arrival, the
     reduced gradient shards compared with their expected values and with the unbucketed results."""
 
-    def __init__(self, state: ShardState, factors: tuple[float, float], rank: int) -> None:
+    def __init__(self, state: ShardState, reduction: Reduction, rank: int) -> None:
         self.state = state
         self.plan = state.plan
         self.rank = rank
-        self.predivide, self.postdivide = factors
+        self.reduction = reduction
         self.mismatches: list[str] = []
         self.reference: torch.Tensor | None = None  # the unbucketed (one collective per parameter) result
         for unit in self.plan.units:
             for param in unit.params:
-                full = param_values(param, state.dtype, state.device)
+                full = param_values(param, state.param_dtype, state.device)
                 start = unit.offset + param.offset
                 chunk = full[rank * param.chunk: (rank + 1) * param.chunk]
                 state.param_shards[start: start + param.chunk].copy_(chunk)
@@ -54,7 +54,7 @@ class FsdpChecker:
     def gathered(self, unit: ShardedUnit, rows: torch.Tensor) -> None:
         for param in unit.params:
             got = rows[:, param.offset: param.offset + param.chunk].reshape(-1)
-            self._compare(got, param_values(param, self.state.dtype, self.state.device),
+            self._compare(got, param_values(param, self.state.param_dtype, self.state.device),
                           f"all-gathered parameter {unit.name}.{param.name}")
 
     def backward(self, unit: ShardedUnit) -> None:
@@ -63,13 +63,15 @@ class FsdpChecker:
                                                            self.state.device))
 
     def expected_shard(self, param: ShardedParam) -> torch.Tensor:
-        """This rank's reduced chunk, computed locally with the same divisions in the same dtype."""
-        dtype, device = self.state.dtype, self.state.device
+        """This rank's reduced chunk, computed locally with the same op and divisions in the same dtype."""
+        dtype, device, reduction = self.state.dtype, self.state.device, self.reduction
         total = torch.zeros(param.chunk, dtype=dtype, device=device)
         window = slice(self.rank * param.chunk, (self.rank + 1) * param.chunk)
         for rank in range(param.world_size):
-            total += torch.div(grad_values(param, rank, dtype, device)[window], self.predivide)
-        return torch.div(total, self.postdivide)
+            total += torch.div(grad_values(param, rank, dtype, device)[window], reduction.predivide)
+        if reduction.op == "avg":
+            total = torch.div(total, param.world_size)
+        return torch.div(total, reduction.postdivide)
 
     def verify(self, bucketing: Bucketing) -> None:
         for unit in self.plan.units:

@@ -3,19 +3,23 @@
 Every row comes from commbench.rows.make_row, like a sweep's: its samples are the max over ranks of each
 timed step's value (a collective group's time in a step is the sum of its collectives), and a row's
 bus-bandwidth factor is the registry's for its collective (a whole step's: its collectives' shared
-factor, (n-1)/n for all-gathers and reduce-scatters).
+factor, (n-1)/n for all-gathers and reduce-scatters). Ranks may issue different collectives (a pipeline's
+stages, a router's uneven splits): rows are the union of every rank's (collective, unit, phase, group)
+parts; a rank that never issued a part counts zero time in it, and a part's size is the largest any rank
+moved (the size v-collectives report, docs/measurement.md), averaged over the timed steps.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.collectives import REGISTRY
 from commbench.errors import RunError
 from commbench.patterns import overlap as overlap_math
-from commbench.patterns.fsdp_step import FsdpStep
-from commbench.patterns.schedule import ASYNC, DRY, SYNC, Issuer, Label
+from commbench.patterns.schedule import ASYNC, DRY, SYNC, Issuer, Label, busbw_factor
+from commbench.provenance.verdicts import RowContext
 from commbench.results import Row
 from commbench.rows import make_row
 from commbench.sampling import Sampled
@@ -23,40 +27,66 @@ from commbench.stats import summarize
 from commbench.timing import make_timer
 
 _NO_WORK = CollectiveArgs(input=None, output=None)  # finishing a step's timer waits on nothing more
+PartKey = tuple[str, str, str, str]  # collective, unit, phase, group
+
+
+class Step(Protocol):
+    """A pattern's step: it issues its collectives through the issuer, running ``compute`` where the
+    model would compute (``compute_kernels`` times per step)."""
+
+    compute_kernels: int
+
+    def run(self, issuer: Issuer, compute: Callable[[], None] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
 class StepRun:
-    """One bucketing's measurement: the step, its schedule, the row fields every row shares, and the
-    timed and untimed step counts."""
+    """One measurement: the step, this rank's schedule, the row fields every row shares, and the timed
+    and untimed step counts. ``layouts`` names each parallel group's layout (contiguous or strided)."""
 
     backend: Backend
-    step: FsdpStep
+    step: Step
     labels: list[Label]
     context: str  # names the run in error messages: "fsdp tiny, bucket 1 MiB"
     iters: int
     warmup: int
-    shared: dict[str, Any] = field(default_factory=dict)  # pattern, model, dtype, bucket_mb, ... of each row
+    shared: dict[str, Any] = field(default_factory=dict)  # pattern, model, dtype, ... of each row
+    layouts: dict[str, str] = field(default_factory=dict)
+    row_context: RowContext | None = None  # the run's peaks and verdicts (commbench.provenance)
 
-    def row(self, sampled: Sampled, **fields: Any) -> Row:
+    def row(self, sampled: Sampled | None, **fields: Any) -> Row:
         backend = self.backend
+        values = {**self.shared, **fields}
         return make_row(sampled, backend=backend.name, device=backend.device.type,
-                        world_size=backend.world_size, requested_bytes=fields["size_bytes"],
-                        warmup=self.warmup, **self.shared, **fields)
-
-    def factor(self, collectives: set[str]) -> float:
-        """The bus-bandwidth factor these collectives share (1.0 if they differ)."""
-        factors = {REGISTRY[name].busbw_factor(self.backend.world_size) for name in collectives}
-        return factors.pop() if len(factors) == 1 else 1.0
-
-    def totals(self) -> dict[str, Any]:
-        """The size, count and calls of the whole step's collectives."""
-        return dict(size_bytes=sum(label.size_bytes for label in self.labels),
-                    count_per_rank=sum(label.count_per_rank for label in self.labels),
-                    calls_per_step=len(self.labels))
+                        world_size=backend.world_size, requested_bytes=values["size_bytes"],
+                        warmup=self.warmup, context=self.row_context, **values)
 
 
-def step_dry(backend: Backend, step: FsdpStep, context: str) -> list[Label]:
+@dataclass(frozen=True)
+class PartInfo:
+    """What one rank's (collective, unit, phase, group) part moved per step."""
+
+    size_bytes: int
+    count_per_rank: int
+    calls: int
+    dtype: str
+    op: str
+    group_size: int
+
+
+@dataclass
+class Breakdown:
+    """The gathered timings: per part (union over ranks, in issue order) and for the whole step."""
+
+    keys: list[PartKey]
+    parts: dict[PartKey, Sampled]
+    info: dict[PartKey, list[PartInfo | None]]  # by rank
+    step: Sampled
+    collectives: Sampled
+    rows: list[Row] = field(default_factory=list)
+
+
+def step_dry(backend: Backend, step: Step, context: str) -> list[Label]:
     """Run the step without communicating: every buffer exists afterwards and the schedule is known."""
     issuer = Issuer(backend, DRY, context)
     step.run(issuer)
@@ -92,13 +122,32 @@ def time_steps(backend: Backend, steps: list[Callable[[], None]], iters: int, wa
     return [timer.seconds() for timer in timers]
 
 
-def measure_breakdown(run: StepRun) -> list[Row]:
-    """Steps whose collectives are issued and completed one by one, each timed: rows per collective,
-    unit and phase, and one for the whole step (which adds the local work: divisions, copies, callbacks)."""
-    backend, step, labels, iters = run.backend, run.step, run.labels, run.iters
+def _local_parts(labels: list[Label], seconds: list[float], iters: int
+                 ) -> tuple[dict[PartKey, list[float]], dict[PartKey, PartInfo]]:
+    """Per part: its seconds in each step and what it moved (sizes averaged over the steps)."""
+    per_step = len(labels) // iters
+    times: dict[PartKey, list[float]] = {}
+    moved: dict[PartKey, list[Label]] = {}
+    for index, label in enumerate(labels):
+        times.setdefault(label.key(), [0.0] * iters)[index // per_step] += seconds[index]
+        moved.setdefault(label.key(), []).append(label)
+    info = {}
+    for key, members in moved.items():
+        first = members[0]
+        info[key] = PartInfo(round(sum(m.size_bytes for m in members) / iters),
+                             round(sum(m.count_per_rank for m in members) / iters), len(members) // iters,
+                             first.dtype, first.op, first.group_size)
+    return times, info
+
+
+def time_parts(run: StepRun) -> Breakdown:
+    """Timed steps whose collectives are issued and completed one by one, each timed, gathered from
+    every rank: the parts' times, the collectives' total and the whole step's (which adds the local
+    work: divisions, copies, callbacks, compute)."""
+    backend, step, iters = run.backend, run.step, run.iters
     for _ in range(run.warmup):
         step.run(Issuer(backend, SYNC, run.context))
-    slots = len(labels) * iters
+    slots = len(run.labels) * iters
     slot_timer = make_timer(backend, slots)
     issuer = Issuer(backend, SYNC, run.context, timer=slot_timer, slots=slots)
     (step_seconds,) = time_steps(backend, [lambda: step.run(issuer)], iters, warmup=0)
@@ -106,38 +155,67 @@ def measure_breakdown(run: StepRun) -> list[Row]:
         raise RunError(f"{run.context}: the step issued {issuer.issued} collectives in {iters} steps, "
                        f"not {slots}, on rank {backend.rank}")
     per_slot = slot_timer.seconds()
-    parts: dict[tuple[str, str, str], list[int]] = {}
-    for index, label in enumerate(labels):
-        parts.setdefault((label.collective, label.unit, label.phase), []).append(index)
-    per_step = [per_slot[index * len(labels): (index + 1) * len(labels)] for index in range(iters)]
-    local = [step_seconds, [sum(step_slots) for step_slots in per_step]]
-    for indices in parts.values():  # a part's time in a step is the sum of its collectives
-        local.append([sum(step_slots[i] for i in indices) for step_slots in per_step])
-    sampled = gather_series(backend, local, iters)
-    rows = []
-    for (collective, unit, phase), indices, timing in zip(parts, parts.values(), sampled[2:], strict=True):
-        members = [labels[i] for i in indices]
-        rows.append(run.row(timing, collective=collective, unit=unit, phase=phase, mode="sync",
-                            op="sum" if REGISTRY[collective].reduces else "",
-                            size_bytes=sum(m.size_bytes for m in members),
-                            count_per_rank=sum(m.count_per_rank for m in members),
-                            calls_per_step=len(members), busbw_factor=run.factor({collective})))
-    step_factor = run.factor({label.collective for label in labels})
-    for phase, timing in (("collectives", sampled[1]), ("step", sampled[0])):
+    times, info = _local_parts(issuer.labels, per_slot, iters)
+    everyone = backend.all_gather_object(info)
+    keys = list(dict.fromkeys(key for rank_info in everyone for key in rank_info))
+    per_step = len(run.labels)
+    inside = [sum(per_slot[index * per_step: (index + 1) * per_step]) for index in range(iters)]
+    series = [step_seconds, inside, *(times.get(key, [0.0] * iters) for key in keys)]
+    sampled = gather_series(backend, series, iters)
+    return Breakdown(keys, dict(zip(keys, sampled[2:], strict=True)),
+                     {key: [rank_info.get(key) for rank_info in everyone] for key in keys},
+                     sampled[0], sampled[1])
+
+
+def part_fields(run: StepRun, key: PartKey, infos: list[PartInfo | None]) -> dict[str, Any]:
+    """A part's row fields: the largest size any rank moved, its op, dtype and group."""
+    collective, unit, phase, group = key
+    known = [info for info in infos if info is not None]
+    group_size = known[0].group_size or run.backend.world_size
+    return dict(collective=collective, unit=unit, phase=phase, mode="sync", op=known[0].op,
+                dtype=known[0].dtype, size_bytes=max(info.size_bytes for info in known),
+                count_per_rank=max(info.count_per_rank for info in known),
+                calls_per_step=max(info.calls for info in known), parallel=group, group_size=group_size,
+                group_count=run.backend.world_size // group_size,
+                group_layout=run.layouts.get(group, "world"),
+                busbw_factor=busbw_factor(collective, group_size))
+
+
+def step_totals(breakdown: Breakdown, keys: list[PartKey] | None = None) -> dict[str, int]:
+    """The size, count and calls of the step's collectives (each part at its largest), or of some."""
+    found = {"size_bytes": 0, "count_per_rank": 0, "calls_per_step": 0}
+    for infos in (breakdown.info[key] for key in (breakdown.keys if keys is None else keys)):
+        known = [info for info in infos if info is not None]
+        found["size_bytes"] += max(info.size_bytes for info in known)
+        found["count_per_rank"] += max(info.count_per_rank for info in known)
+        found["calls_per_step"] += max(info.calls for info in known)
+    return found
+
+
+def measure_breakdown(run: StepRun) -> Breakdown:
+    """time_parts, and rows per part and for the whole step ('collectives': their sum; 'step')."""
+    breakdown = time_parts(run)
+    rows = [run.row(breakdown.parts[key], **part_fields(run, key, breakdown.info[key]))
+            for key in breakdown.keys]
+    collectives = {key[0] for key in breakdown.keys}
+    factors = {busbw_factor(name, run.backend.world_size) for name in collectives}
+    step_factor = factors.pop() if len(factors) == 1 else 1.0
+    for phase, timing in (("collectives", breakdown.collectives), ("step", breakdown.step)):
         rows.append(run.row(timing, collective="step", unit="", phase=phase, mode="sync", op="",
-                            busbw_factor=step_factor, **run.totals()))
-    return rows
+                            busbw_factor=step_factor, **step_totals(breakdown)))
+    breakdown.rows = rows
+    return breakdown
 
 
-def measure_overlap(run: StepRun, compute_size: int | None) -> tuple[int, list[Row]]:
-    """The step with asynchronous collectives: communication alone, a matmul per unit and pass alone,
-    and both together (the matmul runs while the prefetched all-gather and the reduce-scatters are in
-    flight); rows for the three and the overlap percentage, and the matmul size used. ``compute_size``
-    None calibrates it to this step's communication (--compute-size auto, the first bucketing)."""
+def measure_overlap(run: StepRun, compute_size: int | None, dtype: torch.dtype) -> tuple[int, list[Row]]:
+    """The step with asynchronous collectives: communication alone, the step's matmuls alone, and both
+    together (each matmul runs while the collectives issued before it are in flight); rows for the three
+    and the overlap percentage, and the matmul size used. ``compute_size`` None calibrates it to this
+    step's communication (--compute-size auto, the first bucketing)."""
     backend, step = run.backend, run.step
-    kernels = 2 * len(step.plan.units)  # one per unit in the forward pass, one in the backward pass
+    kernels = step.compute_kernels
     issuer = Issuer(backend, ASYNC, run.context)
-    device, dtype = step.state.device, step.state.dtype
+    device = backend.device
     if compute_size is None:  # OSU's way: the compute lasts as long as the communication
         (probe,) = time_steps(backend, [lambda: step.run(issuer)], run.iters, run.warmup)
         (probe_sampled,) = gather_series(backend, [probe], run.iters)
@@ -156,12 +234,15 @@ def measure_overlap(run: StepRun, compute_size: int | None) -> tuple[int, list[R
     comm, compute, both = gather_series(backend, timed, run.iters)
     percent = overlap_math.overlap_percent(summarize(comm.slowest).p50, summarize(compute.slowest).p50,
                                            summarize(both.slowest).p50)
-    factor = run.factor({label.collective for label in run.labels})
+    factors = {busbw_factor(label.collective, backend.world_size) for label in run.labels}
+    factor = factors.pop() if len(factors) == 1 else 1.0
+    totals = dict(size_bytes=sum(label.size_bytes for label in run.labels),
+                  count_per_rank=sum(label.count_per_rank for label in run.labels),
+                  calls_per_step=len(run.labels))
     common = dict(collective="step", unit="", mode="async", op="", compute_size=compute_size)
     return compute_size, [
-        run.row(comm, phase="comm", busbw_factor=factor, **common, **run.totals()),
+        run.row(comm, phase="comm", busbw_factor=factor, **common, **totals),
         run.row(compute, phase="compute", size_bytes=0, count_per_rank=0, calls_per_step=kernels,
                 busbw_factor=1.0, **common),
-        run.row(both, phase="comm+compute", busbw_factor=factor, overlap_pct=percent, **common,
-                **run.totals()),
+        run.row(both, phase="comm+compute", busbw_factor=factor, overlap_pct=percent, **common, **totals),
     ]

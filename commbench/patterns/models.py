@@ -1,20 +1,25 @@
-"""Model specs: a model's parameter shapes grouped into FSDP units, from a preset or a YAML file.
+"""Model specs: a model's parameter shapes grouped into FSDP units, and its dimensions, from a preset or
+a YAML file.
 
 A spec file::
 
     name: my-model                # optional; the file's stem otherwise
     description: free text        # optional
+    dims: {hidden: 768, layers: 12, heads: 12, ffn: 3072, vocab: 50257, context: 1024}
     units:
-      - name: embeddings
+      - name: root                # the root module's own parameters (everything outside the blocks)
+        root: true
         params:
-          wte: [50257, 768]       # parameter name: shape
+          wte.weight: [50257, 768]  # parameter name: shape, as the module holds it (nn.Linear: [out, in])
       - name: block               # expanded into block0, block1, ... block11
         repeat: 12
         params:
-          attn.weight: [768, 2304]
+          attn.c_attn.weight: [2304, 768]
 
-Units made by ``repeat`` are the model's layers, the ones ``--layers N`` cuts down to the first N.
-Presets are the files in configs/models/ (``commbench pattern fsdp --model gpt2-small``).
+Units made by ``repeat`` are the model's layers, the ones ``--layers N`` cuts down to the first N. A
+``root`` unit, if any, comes first: FSDP never reshards the root after the forward pass. ``dims`` are what
+the activation patterns (tp, moe, pp, 3d) size their messages from; ``dims.layers`` must equal the layer
+units. Presets are the files in configs/models/ (``commbench pattern fsdp --model gpt2-small``).
 """
 
 import math
@@ -27,8 +32,10 @@ import yaml
 from commbench.errors import UsageError, did_you_mean
 from commbench.shipped import configs_dir, shipped_file
 
-_UNIT_KEYS = ("name", "params", "repeat")
-_TOP_KEYS = ("name", "description", "units")
+_UNIT_KEYS = ("name", "params", "repeat", "root")
+_TOP_KEYS = ("name", "description", "dims", "units")
+_DIM_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "context", "experts", "top_k")
+_REQUIRED_DIMS = ("hidden", "layers", "heads", "ffn", "vocab", "context")
 
 
 @dataclass(frozen=True)
@@ -46,10 +53,30 @@ class UnitSpec:
     name: str
     params: tuple[ParamSpec, ...]
     layer: bool = False  # made by `repeat`: one of the layers --layers counts
+    root: bool = False  # the root module's own parameters: gathered once, kept from forward to backward
 
     @property
     def numel(self) -> int:
         return sum(param.numel for param in self.params)
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The dimensions activation sizes come from (Megatron's names in parentheses)."""
+
+    hidden: int  # d_model (hidden_size)
+    layers: int  # transformer layers (num_layers)
+    heads: int  # attention heads (num_attention_heads)
+    ffn: int  # the MLP's inner size (ffn_hidden_size); an expert's, for a mixture of experts
+    vocab: int
+    context: int  # the longest sequence it was trained on
+    kv_heads: int = 0  # grouped-query attention's key/value heads; 0: as many as heads
+    experts: int = 0  # experts per MoE layer; 0: a dense model
+    top_k: int = 0  # experts each token is routed to
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +85,7 @@ class ModelSpec:
     units: tuple[UnitSpec, ...]
     source: str  # the preset name or the file it came from
     description: str = ""
+    dims: ModelDims | None = None
     layers_kept: int | None = None  # set by cut(): the model keeps its first N of `layer_count` layers
     layer_count: int = 0
 
@@ -92,7 +120,15 @@ class ModelSpec:
                 if seen > layers:
                     continue
             kept.append(unit)
-        return replace(self, units=tuple(kept), layers_kept=layers)
+        dims = None if self.dims is None else replace(self.dims, layers=layers)
+        return replace(self, units=tuple(kept), layers_kept=layers, dims=dims)
+
+    def require_dims(self, pattern: str) -> ModelDims:
+        """The dims, or UsageError naming what the pattern needs."""
+        if self.dims is None:
+            raise UsageError(f"model {self.name} ({self.source}) has no 'dims' (hidden, layers, heads, ffn, "
+                             f"vocab, context): pattern {pattern} sizes its messages from them")
+        return self.dims
 
 
 def preset_names() -> list[str]:
@@ -145,9 +181,33 @@ def parse_model(document: Any, source: str, default_name: str = "model") -> Mode
         if unit.name in seen:
             raise UsageError(f"{source}: unit name {unit.name!r} appears twice")
         seen.add(unit.name)
+    if any(unit.root for unit in units[1:]):
+        raise UsageError(f"{source}: the root unit must come first (FSDP gathers the root before any block)")
+    layer_count = sum(u.layer for u in units)
+    dims = None if document.get("dims") is None else _parse_dims(document["dims"], source, layer_count)
     description = document.get("description", "")
     return ModelSpec(name=name.strip(), units=tuple(units), source=source,
-                     description=str(description).strip(), layer_count=sum(u.layer for u in units))
+                     description=str(description).strip(), dims=dims, layer_count=layer_count)
+
+
+def _parse_dims(raw: Any, source: str, layer_count: int) -> ModelDims:
+    where = f"{source}: dims"
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: expected a mapping of dimension to whole number, got {_kind(raw)}")
+    _no_unknown_keys(raw, _DIM_KEYS, where)
+    for key in _REQUIRED_DIMS:
+        if key not in raw:
+            raise UsageError(f"{where}: {key!r} is missing (needed: {', '.join(_REQUIRED_DIMS)})")
+    for key, value in raw.items():
+        minimum = 1 if key in _REQUIRED_DIMS else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise UsageError(f"{where}: {key} must be a whole number of at least {minimum}, got {value!r}")
+    dims = ModelDims(**raw)
+    if layer_count and dims.layers != layer_count:
+        raise UsageError(f"{where}: layers is {dims.layers} but the spec has {layer_count} layer units")
+    if dims.experts and not 1 <= dims.top_k <= dims.experts:
+        raise UsageError(f"{where}: top_k must be 1 to experts ({dims.experts}), got {dims.top_k}")
+    return dims
 
 
 def _parse_unit(raw: Any, where: str) -> list[UnitSpec]:
@@ -162,9 +222,13 @@ def _parse_unit(raw: Any, where: str) -> list[UnitSpec]:
     if not isinstance(params_raw, dict) or not params_raw:
         raise UsageError(f"{where}: 'params' must be a non-empty mapping of parameter name to shape")
     params = tuple(_parse_param(param_name, shape, where) for param_name, shape in params_raw.items())
-    repeat = raw.get("repeat")
+    repeat, root = raw.get("repeat"), raw.get("root", False)
+    if not isinstance(root, bool):
+        raise UsageError(f"{where}: 'root' must be true or false, got {root!r}")
+    if root and repeat is not None:
+        raise UsageError(f"{where}: a root unit cannot repeat")
     if repeat is None:
-        return [UnitSpec(name.strip(), params)]
+        return [UnitSpec(name.strip(), params, root=root)]
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise UsageError(f"{where}: 'repeat' must be a whole number of at least 1, got {repeat!r}")
     return [UnitSpec(f"{name.strip()}{index}", params, layer=True) for index in range(repeat)]

@@ -1,19 +1,29 @@
-"""How FSDP lays a model out over n ranks: pure arithmetic, no tensors.
+"""How FSDP lays a model out over n ranks, and how it reduces gradients: pure arithmetic, no tensors.
 
-Each parameter is flattened, padded with zeros to a multiple of n elements and split into n equal chunks;
-rank r holds chunk r (``chunk = ceil(numel / n)``, ``padding = n * chunk - numel``). A unit's shard on a
-rank is the concatenation of its parameters' chunks, so a unit's all-gather output and reduce-scatter
-input are ``n x shard`` elements: row r is rank r's shard. This is the layout of per-parameter sharding
-(PyTorch FSDP2, fairscale with flatten_parameters=False); one all-gather and one reduce-scatter per unit
-move every parameter of the unit.
+Two layouts, as torch has them:
+
+- FSDP2 (``fully_shard``): every parameter is its own shard. Dim 0 is padded to a multiple of n and split:
+  a rank's chunk is ``ceil(dim0 / n) x (the other dims)`` elements, and the padding is the rows added at
+  the end (``n x chunk - numel``).
+- FSDP1 (``FullyShardedDataParallel``, use_orig_params=False): a unit's parameters are flattened into one
+  flat parameter, padded at its end to a multiple of n and split into n chunks of ``ceil(numel / n)``.
+
+A unit's shard on a rank is its parameters' chunks one after another, so a unit's all-gather output and
+reduce-scatter input are ``n x shard`` elements: row r is rank r's shard. A root unit (the root module's
+own parameters) is gathered once in forward and kept for backward: FSDP never reshards the root after
+forward. The reduction: FSDP2 averages float32 and bfloat16 gradients with ReduceOp.AVG and no division,
+and splits the division around a sum for other reduce dtypes (float16 overflows); FSDP1 always sums with
+the split division.
 """
 
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
-from commbench.patterns.models import ModelSpec
+from commbench.patterns.models import ModelSpec, ParamSpec, UnitSpec
 
 MIB = 1024 * 1024
+FSDP_VERSIONS = (1, 2)
+FLAT_PARAM = "flat_param"  # the name FSDP1's one parameter per unit goes by here
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,7 @@ class ShardedUnit:
     shard_numel: int  # one rank's shard of the unit
     offset: int  # where the unit's shard starts within the rank's shard of the whole model
     world_size: int
+    root: bool = False  # kept from forward to backward: no backward all-gather
 
     @property
     def numel(self) -> int:
@@ -62,6 +73,7 @@ class ShardPlan:
     model: ModelSpec
     world_size: int
     units: tuple[ShardedUnit, ...]
+    version: int = 2
 
     @property
     def shard_numel(self) -> int:
@@ -79,23 +91,60 @@ class ShardPlan:
         return [param for unit in self.units for param in unit.params]
 
 
-def shard_model(model: ModelSpec, world_size: int) -> ShardPlan:
+def dim0_chunk(shape: tuple[int, ...], world_size: int) -> int:
+    """FSDP2's chunk of a parameter: dim 0 padded to a multiple of n, one n-th of it per rank."""
+    rest = 1
+    for dim in shape[1:]:
+        rest *= dim
+    return -(-shape[0] // world_size) * rest
+
+
+def _unit_params(unit: UnitSpec, version: int) -> tuple[ParamSpec, ...]:
+    """The parameters FSDP shards: each one (FSDP2), or the unit's one flat parameter (FSDP1)."""
+    if version == 1:
+        return (ParamSpec(FLAT_PARAM, (unit.numel,)),)
+    return unit.params
+
+
+def shard_model(model: ModelSpec, world_size: int, version: int = 2) -> ShardPlan:
     if world_size < 1:
         raise ValueError(f"world size {world_size} must be at least 1")
+    if version not in FSDP_VERSIONS:
+        raise ValueError(f"FSDP version {version} is not one of {FSDP_VERSIONS}")
     units: list[ShardedUnit] = []
     unit_offset = 0
     index = 0
     for unit in model.units:
         params: list[ShardedParam] = []
         offset = 0
-        for param in unit.params:
-            chunk = -(-param.numel // world_size)  # ceil
+        for param in _unit_params(unit, version):
+            chunk = dim0_chunk(param.shape, world_size)
             params.append(ShardedParam(param.name, param.numel, chunk, offset, index, world_size))
             offset += chunk
             index += 1
-        units.append(ShardedUnit(unit.name, tuple(params), offset, unit_offset, world_size))
+        units.append(ShardedUnit(unit.name, tuple(params), offset, unit_offset, world_size, unit.root))
         unit_offset += offset
-    return ShardPlan(model, world_size, tuple(units))
+    return ShardPlan(model, world_size, tuple(units), version)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How gradients are reduced: the reduce op and the divisions around it."""
+
+    op: str  # "avg" or "sum"
+    predivide: float = 1.0
+    postdivide: float = 1.0
+
+
+def fsdp_reduction(version: int, reduce_dtype: str, world_size: int,
+                   given: tuple[float | None, float | None] = (None, None)) -> Reduction:
+    """FSDP's reduction for this version and gradient dtype; ``given`` pre/post factors force a sum with
+    those divisions (FSDP2's sum-for-comms path, FSDP1's hook factors)."""
+    if given != (None, None):
+        return Reduction("sum", *divide_factors(world_size, *given))
+    if version == 2 and reduce_dtype in ("float32", "bfloat16"):
+        return Reduction("avg" if world_size > 1 else "sum")
+    return Reduction("sum", *default_divide_factors(world_size))
 
 
 def default_divide_factors(world_size: int) -> tuple[float, float]:

@@ -1,4 +1,5 @@
-"""Console tables for pattern rows (read from rows only, so they work on saved results too).
+"""Console tables for pattern rows (read from rows only, so they work on saved results too); the
+activation patterns' are in parallel_tables.py, these are FSDP's.
 
 1. Per unit: the all-gather times (forward, backward) and the reduce-scatter time of each bucketing side
    by side, p50 microseconds per step.
@@ -9,6 +10,8 @@
 
 from rich.table import Table
 
+from commbench.patterns.parallel import PATTERNS
+from commbench.patterns.parallel_tables import parallel_tables
 from commbench.results import Row
 from commbench.stats import summarize
 
@@ -29,14 +32,21 @@ def _pooled_p50(rows: list[Row]) -> float | None:
 
 
 def pattern_tables(rows: list[Row]) -> list:
-    """Renderables for one pattern run's rows: tables and a closing line naming the best bucketing."""
-    rows = [row for row in rows if row.pattern]
+    """Renderables for one pattern run's rows: FSDP's tables and a closing line naming the best bucketing,
+    or the activation patterns' tables (replay rows have a summary of their own)."""
+    activation = [row for row in rows if row.pattern in PATTERNS]
+    if activation:
+        return parallel_tables(activation)
+    rows = [row for row in rows if row.pattern == "fsdp"]
     if not rows:
         return []
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
     first = rows[0]
-    where = (f"{first.pattern} · {first.model} · {first.dtype} · {first.world_size} ranks · predivide "
-             f"{first.predivide:g} · postdivide {first.postdivide:g}")
+    scatter = next((row for row in rows if row.collective.startswith("reduce_scatter")), first)
+    reduction = "avg" if scatter.op == "avg" else \
+        f"predivide {first.predivide:g} · postdivide {first.postdivide:g}"
+    where = (f"{first.variant or first.pattern} · {first.model} · {first.dtype} · {first.world_size} ranks · "
+             f"{reduction}")
     found = [unit_table(rows, buckets, where), step_table(rows, buckets, where)]
     overlap = overlap_table(rows, buckets, where)
     if overlap is not None:

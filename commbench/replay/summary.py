@@ -1,0 +1,60 @@
+"""The console summary of a replay, as lines (rank 0 prints them as notes): the pass time, the
+operations that take most of the communication time, and what was skipped or assumed.
+
+A row's share is its p50 time per operation times its operations per pass, over the same product
+summed over every operation row.
+"""
+
+from commbench.replay.mapping import ReplayPlan
+from commbench.replay.model import Trace
+from commbench.replay.rows import PASS
+from commbench.results import Row
+from commbench.sizes import format_size
+
+TOP = 5
+
+
+def _ms(microseconds: float | None) -> str:
+    return "-" if microseconds is None else f"{microseconds / 1e3:.3f} ms"
+
+
+def _pass_row(rows: list[Row], phase: str) -> Row:
+    return next(row for row in rows if row.collective == PASS and row.phase == phase)
+
+
+def _weight(row: Row) -> float:
+    return (row.time_us_p50 or 0.0) * (row.ops or 0)
+
+
+def top_lines(op_rows: list[Row], top: int = TOP) -> list[str]:
+    total = sum(_weight(row) for row in op_rows)
+    lines = ["top operations by share of communication time (p50 x operations per pass):"]
+    for row in sorted(op_rows, key=_weight, reverse=True)[:top]:
+        share = 100 * _weight(row) / total if total else 0.0
+        recorded = "" if row.recorded_us is None else f" (recorded {row.recorded_us:.1f} µs)"
+        dtype = f" {row.dtype}" if row.dtype else ""
+        lines.append(f"  {share:5.1f}%  {row.collective}{dtype} {format_size(row.size_bytes)} x{row.ops} in "
+                     f"{row.group_name}: {row.time_us_p50 or 0:.1f} µs/op{recorded}")
+    return lines
+
+
+def summary_lines(trace: Trace, plan: ReplayPlan, rows: list[Row]) -> list[str]:
+    op_rows = [row for row in rows if row.collective != PASS]
+    comm, wall = _pass_row(rows, "comm"), _pass_row(rows, "wall")
+    lines = [f"replay of {trace.source} ({trace.format}, recorded on {trace.world_size} ranks) on "
+             f"{plan.world_size} ranks: {comm.ops} operations per pass in {len(op_rows)} rows, "
+             f"{comm.iters} passes after {comm.warmup} warm-up",
+             f"pass time: p50 {_ms(wall.time_us_p50)} wall, of which {_ms(comm.time_us_p50)} communication "
+             "(the slowest rank's sum of its operations' times)"]
+    lines.extend(top_lines(op_rows))
+    skipped = trace.skipped + plan.unmapped
+    if skipped:
+        listed = ", ".join(f"{name} x{count}" for name, count in skipped.most_common())
+        lines.append(f"not replayed: {listed}")
+    lines.extend(trace.notes + plan.notes)
+    checked = [row for row in op_rows if row.wrong is not None]
+    if checked:
+        wrong = sum(row.wrong or 0 for row in checked)
+        failing = sum(1 for row in checked if row.wrong)
+        lines.append(f"--check: {wrong} wrong elements in {failing} of {len(checked)} rows checked")
+    return lines
