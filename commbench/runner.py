@@ -92,6 +92,8 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     plan = session.membership.plan
     config.check_span(plan.size, whole_world=plan.is_world)
     tables, notes = plan_tables(config, plan.size, session.memory)
+    if not any(table.sizes for table in tables):  # the ranks' memory refused every size
+        raise UsageError(f"nothing to measure at {plan.size} ranks: {notes[0] if notes else 'no size fits'}")
     for text in notes:
         output.note(text)
     output.plan(sum(table.step_count() for table in tables))
