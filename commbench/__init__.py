@@ -23,6 +23,6 @@ def load(paths: str | Path | Iterable[str | Path]) -> "pandas.DataFrame":
     naming it. The columns are described in docs/python-api.md.
     """
     from commbench.frame import runs_frame  # pandas is imported here, not with commbench
-    from commbench.results import load_runs
+    from commbench.saved import load_runs
 
     return runs_frame(load_runs(paths))

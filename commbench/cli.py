@@ -105,7 +105,7 @@ def cli() -> None:
 @click.option("--op", default="sum", show_default=True,
               help=f"Reduce ops for reducing collectives, comma list of {', '.join(REDUCE_OPS)}.")
 @click.option("--warmup", type=int, default=DEFAULTS["warmup"], show_default=True,
-              help="Untimed ops per size.")
+              help="Untimed ops per size (adaptive counts: fewer if they would take 1/5 of --time-per-size).")
 @click.option("--iters", type=int, default=None,
               help="Timed ops per size and mode; turns adaptive iteration counts off [default: adaptive].")
 @click.option("--time-per-size", type=float, default=DEFAULTS["time_per_size"], show_default=True,
@@ -119,9 +119,11 @@ def cli() -> None:
 @click.option("--barrier", type=click.Choice(["none", "per-iter"]), default=DEFAULTS["barrier"],
               show_default=True, help="Sync mode: a barrier before every timed op (outside its time).")
 @click.option("--cuda-graph", type=int, default=DEFAULTS["cuda_graph"], show_default=True,
-              help="CUDA + NCCL only: capture --iters ops (default 20) in a CUDA graph, replay N times.")
+              help="CUDA + NCCL, sync mode only: capture --iters ops (default 20) in a CUDA graph, replay "
+                   "N times.")
 @click.option("--max-memory", default=None,
-              help="Refuse, before allocating, sizes whose buffers need more than this per rank (e.g. 8G).")
+              help="Refuse, before allocating, sizes whose buffers and torch's temporaries need more than "
+                   "this per rank (e.g. 8G) [default: 90% of the free device or available host memory].")
 @click.option("--root", type=int, default=DEFAULTS["root"], show_default=True,
               help="Root rank of broadcast, reduce, gather and scatter.")
 @soak_options

@@ -26,7 +26,8 @@ from scipy.stats import mannwhitneyu
 from commbench.console import TextTable, make_console, markdown_table, print_table
 from commbench.errors import UsageError
 from commbench.frame import rows_frame
-from commbench.results import KEY_FIELDS, Row, SavedRun, expand_paths, load_run
+from commbench.results import KEY_FIELDS, Row
+from commbench.saved import SavedRun, expand_paths, load_run
 from commbench.sizes import format_size
 
 

@@ -285,6 +285,9 @@ def resolve(config: RunConfig) -> RunConfig:
     spec = parse_splits(config.splits)
     check_element_sizes(spec, {dtype: element_size(dtype) for dtype in dtypes})
     matrix = [list(row) for row in spec.matrix] if spec.matrix is not None else None
+    if config.cuda_graph and "async" in modes:
+        raise UsageError(f"--cuda-graph {config.cuda_graph} captures one sync sequence of ops: it cannot "
+                         "time --mode async; use --mode sync")
     launch = resolve_launch(config.launch)
     if config.cuda_graph and (launch.device != "cuda" or launch.backend != "nccl"):
         raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "

@@ -5,7 +5,7 @@ Invariants: one DataFrame row per saved Row, in the order the files were given a
 rows were written; the columns are every Row field (ROW_COLUMNS), typed from Row's annotations (a
 missing optional number is NaN, a missing optional count <NA>, the per-sample and per-rank lists are
 object columns of Python lists), then the run's metadata (RUN_COLUMNS). Files of older versions load with
-Row's defaults (results.load_run). compare, plot, report and the α-β fit group and join these frames;
+Row's defaults (saved.load_run). compare, plot, report and the α-β fit group and join these frames;
 nothing here imports torch.
 """
 
@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from commbench.results import ROW_KINDS, Row, SavedRun
+from commbench.results import Row
+from commbench.saved import ROW_KINDS, SavedRun
 
 ROW_COLUMNS = list(ROW_KINDS)
 # Row fields by kind: pandas' own dtypes for the scalars; lists stay Python lists (object).

@@ -17,10 +17,15 @@ WORLD = "world"  # the layout recorded when the whole world is one group
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """The groups of a run: ``members[g]`` are the global ranks of group g, in group-rank order."""
+    """The groups of a run: ``members[g]`` are the global ranks of group g, in group-rank order, which
+    is ascending: torch's new_group sorts the ranks it is given, and a group's root and peers are
+    group ranks, so the plan numbers them as torch does."""
 
     layout: str  # world, contiguous, strided, intra-node or inter-node
     members: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", tuple(tuple(sorted(ranks)) for ranks in self.members))
 
     @property
     def size(self) -> int:

@@ -7,20 +7,21 @@ Nobody launched us: spawn.py starts local ranks that re-run the same command lin
 
 import os
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from commbench import devices
 from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed
 from commbench.config import Benchmark, LaunchConfig
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
 from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.output import NullOutput, Output
+from commbench.placement import host_name, memory_budget, place
 from commbench.provenance.describe import hardware_summary
 from commbench.provenance.run import RunProvenance
 from commbench.recording import Recording, build_meta
@@ -29,10 +30,12 @@ from commbench.runner import Session, sweep_failure
 from commbench.sizes import parse_size
 from commbench.spawn import LAUNCHER_ENV, spawn_local
 
+if TYPE_CHECKING:
+    from commbench.backends.rendezvous import Rendezvous
+
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
 Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
-HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the system's says too little
 # Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
 # would; the others must then time out at that size and name it.
 TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
@@ -43,30 +46,30 @@ FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the
 class RankInfo:
     rank: int
     world_size: int
-    local_rank: int
+    local_rank: int | None  # None: no launcher said; derived from the host names once the ranks meet
     launcher: str
     master_addr: str | None
     master_port: int | None
 
 
-# (launcher, rank, world size, local rank) variable names, in order of precedence.
+# (launcher, rank, world size) variable names, in order of precedence. The local rank has its own order
+# (devices.LOCAL_RANK_VARIABLES): one launcher may set the rank and another the local rank (Cray MPICH
+# under srun sets PMI_RANK and SLURM_LOCALID, no MPI_LOCALRANKID).
 _LAUNCHER_VARIABLES = [
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("mpirun", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK"),
-    ("mpirun", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
-    ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("torchrun", "RANK", "WORLD_SIZE"),
+    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("mpirun", "PMI_RANK", "PMI_SIZE"),
+    ("mpirun", "PMIX_RANK", "PMIX_SIZE"),
+    ("mpirun", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+    ("srun", "SLURM_PROCID", "SLURM_NTASKS"),
+    ("flux", "FLUX_TASK_RANK", "FLUX_JOB_SIZE"),
 ]
-_SLURM_BATCH_STEP = {"batch", "4294967294"}
 
 
-def _int_variable(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+def _int_variable(env: Mapping[str, str], name: str) -> int:
     value = env.get(name)
     if value is None:
-        if default is None:
-            raise UsageError(f"{name} is not set")
-        return default
+        raise UsageError(f"{name} is not set")
     try:
         return int(value)
     except ValueError:
@@ -75,19 +78,19 @@ def _int_variable(env: Mapping[str, str], name: str, default: int | None = None)
 
 def detect(env: Mapping[str, str], backend: str | None = None) -> RankInfo | None:
     """This process's place in the job from the launcher's variables, or None when not launched."""
-    for launcher, rank_var, world_var, local_var in _LAUNCHER_VARIABLES:
+    for launcher, rank_var, world_var in _LAUNCHER_VARIABLES:
         if rank_var not in env or world_var not in env:
             continue
         if launcher == "srun":
             step = env.get("SLURM_STEP_ID", env.get("SLURM_STEPID"))
-            if step is None or step in _SLURM_BATCH_STEP:
+            if step is None or step in devices.SLURM_BATCH_STEPS:
                 continue  # a batch script, not a task started by srun
             world_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else world_var
         if launcher == "torchrun":
             launcher = env.get(LAUNCHER_ENV) or ("torchrun" if "TORCHELASTIC_RUN_ID" in env else "env")
         rank = _int_variable(env, rank_var)
         world_size = _int_variable(env, world_var)
-        local_rank = _int_variable(env, local_var, default=0)
+        local_rank = devices.local_rank_from(env)
         if world_size < 1 or not 0 <= rank < world_size:
             raise UsageError(f"{rank_var}={rank} does not fit {world_var}={world_size}")
         master_addr, master_port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
@@ -191,32 +194,30 @@ def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -
     return 0
 
 
-def select_device(setup: LaunchConfig, info: RankInfo) -> Any:
-    import torch
+def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
+    from commbench.backends.rendezvous import Rendezvous
 
-    if setup.device != "cuda":
-        return torch.device("cpu")
-    count = torch.cuda.device_count()
-    if info.local_rank >= count:
-        raise UsageError(f"rank {info.rank} has local rank {info.local_rank} but this host has {count} "
-                         "CUDA devices: start at most one rank per device")
-    return torch.device("cuda", info.local_rank)
+    # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
+    return Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
+                      launcher_hosts_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                      attempt=environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
-    from commbench.backends.torch_dist import Rendezvous, TorchDistBackend
+    """Meet the other ranks at the store, agree on devices, then start the process group."""
+    from commbench.backends.rendezvous import StartUp
+    from commbench.backends.torch_dist import TorchDistBackend
 
-    device = select_device(setup, info)
-    # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
-    rendezvous = Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
-                            launcher_hosts_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
-                            attempt=environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    name = setup.backend or "gloo"
+    startup = StartUp(name, rendezvous_of(info, environ), setup.timeout_s)
     try:
-        return TorchDistBackend.create(setup.backend or "gloo", device, rendezvous, setup.timeout_s)
-    except RunError:
+        startup.meet()
+        device = place(setup, (info.rank, info.local_rank), environ, startup)
+        return TorchDistBackend(name, device, startup.start(device))
+    except (RunError, UsageError, AlreadyReported):
         raise
     except Exception as exc:
-        raise RunError(f"rank {info.rank}: the {setup.backend} process group did not start "
+        raise RunError(f"rank {info.rank}: the {name} process group did not start "
                        f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
                        f"timeout {setup.timeout_s:g} s): {brief(exc)}") from exc
 
@@ -288,7 +289,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     backend = start_backend(setup, info, environ)
     recording: Recording | None = None
     try:
-        hostnames = backend.all_gather_object(environ.get(HOSTNAME_ENV) or socket.gethostname())
+        hostnames = backend.all_gather_object(host_name(environ))
         plan = split_into_groups(setup, hostnames)
         membership = join_groups(backend, plan)
         hardware = provenance.gather_hardware(backend, hostnames)
@@ -300,7 +301,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
         members = [list(ranks) for ranks in plan.members]
         context = provenance.start_rows(backend, hostnames, members, recording)
         session = Session(membership, stops.requested, skipped_size(info, environ), context,
-                          hostnames=tuple(hostnames))
+                          memory_budget(backend, hostnames), hostnames=tuple(hostnames))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True
@@ -330,6 +331,7 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
         if recording is not None:
             recording.interrupted(signal.Signals(signum).name)
+        backend.abort()  # a collective may still wait on the device for a peer that stopped
         return exc
     if isinstance(exc, UsageError):
         if recording is not None:
@@ -343,9 +345,11 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
         error = _with_peer_accounts(exc, backend, setup)
         if recording is not None:
             recording.finish("failed", error)
+        backend.abort()  # recorded first: aborting a communicator may end the process (NCCL's watchdog)
         return RunError(error)
     if recording is not None:
         recording.finish("failed", f"{type(exc).__name__}: {exc}")
+    backend.abort()
     return exc
 
 

@@ -2,13 +2,18 @@
 dtype, what their buffers need, and the tables (collective x dtype x op x placement over sizes, in the
 modes it runs) the runner measures one after the other.
 
-Nothing here allocates memory: buffer sizes come from building a rank's buffers on torch's meta device.
+Nothing here allocates memory: buffer sizes come from building a rank's buffers on torch's meta device,
+and what torch allocates beside them (a descriptor's ``temporary``, per op in flight) from arithmetic.
+A size is refused when its buffers and one op's temporaries exceed the memory budget (--max-memory, or
+by default what the device or host has free); an async window holds no more ops than the budget has
+room for temporaries.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commbench.collectives import REGISTRY, Collective, Layout, placements_for
 from commbench.config import RunConfig, split_spec
+from commbench.devices import MemoryBudget, approximate_bytes, explicit_budget
 from commbench.dtypes import element_size, torch_dtype
 from commbench.sizes import format_size
 from commbench.splits import DEFAULT_SPLITS, SplitSpec, parse_splits
@@ -22,32 +27,62 @@ class PlannedSize:
     count_per_rank: int
     chunk_counts: tuple[int, ...] = ()  # v-collectives (see splits.py)
     pair_counts: tuple[tuple[int, ...], ...] = ()
+    window: int | None = None  # the most async ops in flight at once that the memory budget holds
 
 
 @dataclass(frozen=True)
 class SizeLimits:
-    """What bounds the sizes of a table: the group size, the dtype, the root, --splits, --max-memory."""
+    """What bounds the sizes of a table: the group size, the dtype, the root, --splits, the memory
+    budget and the device type (torch's temporaries differ between gloo on CPU and NCCL)."""
 
     world_size: int
     dtype: str
     root: int = 0
     splits: SplitSpec | None = None
-    max_memory: int | None = None
+    budget: MemoryBudget | None = None
+    device: str = "cpu"
 
 
-def buffer_bytes(collective: Collective, size: PlannedSize, world_size: int, root: int, dtype: str) -> int:
-    """Bytes of the largest rank's buffers for a size, from builds on the meta device (no memory)."""
+@dataclass(frozen=True)
+class MemoryNeed:
+    """One rank's bytes for one size: its buffers, and torch's temporaries for one op in flight."""
+
+    buffers: int
+    temporary: int
+
+    @property
+    def total(self) -> int:
+        return self.buffers + self.temporary
+
+    def describe(self) -> str:
+        extra = f" + {approximate_bytes(self.temporary)} of torch temporaries" if self.temporary else ""
+        buffers = approximate_bytes(self.buffers)
+        return f"{approximate_bytes(self.total)} per rank ({buffers} of buffers{extra})"
+
+
+def memory_need(collective: Collective, size: PlannedSize, limits: SizeLimits) -> MemoryNeed:
+    """The largest rank's need for a size: buffers from builds on the meta device (no memory), torch's
+    temporaries from the descriptor."""
     import torch
 
     uneven = bool(size.chunk_counts or size.pair_counts)
-    ranks = range(world_size) if uneven else [root]  # even sizes: every rank's buffers are alike
+    ranks = range(limits.world_size) if uneven else [limits.root]  # even sizes: every rank is alike
 
-    def rank_bytes(rank: int) -> int:
-        layout = Layout(size.count_per_rank, world_size, rank, root, torch_dtype(dtype), torch.device("meta"),
-                        chunk_counts=size.chunk_counts, pair_counts=size.pair_counts)
-        return sum(tensor.nbytes for tensor in collective.build(layout).tensors())
+    def rank_need(rank: int) -> MemoryNeed:
+        def layout(device: str) -> Layout:
+            return Layout(size.count_per_rank, limits.world_size, rank, limits.root,
+                          torch_dtype(limits.dtype), torch.device(device), chunk_counts=size.chunk_counts,
+                          pair_counts=size.pair_counts)
 
-    return max(rank_bytes(rank) for rank in ranks)
+        buffers = sum(tensor.nbytes for tensor in collective.build(layout("meta")).tensors())
+        return MemoryNeed(buffers, collective.temporary(layout(limits.device)))
+
+    return max((rank_need(rank) for rank in ranks), key=lambda need: need.total)
+
+
+def buffer_bytes(collective: Collective, size: PlannedSize, world_size: int, root: int, dtype: str) -> int:
+    """Bytes of the largest rank's buffers for a size (no memory is allocated to find out)."""
+    return memory_need(collective, size, SizeLimits(world_size, dtype, root)).buffers
 
 
 def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
@@ -55,8 +90,9 @@ def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
     """The sizes a collective can run within ``limits``, and notes on what changed.
 
     A size is rounded down to whole elements in each rank's chunk; one too small for a single element
-    per rank is skipped; two requests that round to the same size run once; one whose buffers would
-    exceed ``max_memory`` bytes on a rank is refused before anything is allocated. A v-collective's sizes
+    per rank is skipped; two requests that round to the same size run once; one whose buffers and
+    temporaries would exceed the budget on a rank is refused before anything is allocated, and the others
+    get the async window the budget holds. A v-collective's sizes
     come from its splits: a splits file fixes them (one size, whatever --sizes says).
     """
     if not collective.sized:
@@ -77,7 +113,7 @@ def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
         elif (refusal := _refusal(collective, size, limits)) is not None:
             refused.append(refusal)
         else:
-            planned.append(size)
+            planned.append(_with_window(collective, size, limits))
             if used != requested:
                 rounded.append(f"{format_size(requested)} -> {format_size(used)}")
     where = _where(collective, limits)
@@ -90,7 +126,7 @@ def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
         notes.append(f"{where}: skipped sizes below {unit} B: {', '.join(skipped)}")
     if merged:
         notes.append(f"{where}: {', '.join(merged)} rounded onto a size already measured")
-    notes.extend(_refusal_notes(where, limits.max_memory, refused))
+    notes.extend(_refusal_notes(where, limits.budget, refused))
     return planned, notes
 
 
@@ -99,21 +135,31 @@ def _where(collective: Collective, limits: SizeLimits) -> str:
 
 
 def _refusal(collective: Collective, size: PlannedSize, limits: SizeLimits) -> str | None:
-    """Why --max-memory refuses this size ('4 MiB needs 8 MiB (8388608 B)'), or None."""
-    if limits.max_memory is None:
+    """Why the memory budget refuses this size ('4 MiB needs 8 MiB per rank (...)'), or None."""
+    if limits.budget is None:
         return None
-    needed = buffer_bytes(collective, size, limits.world_size, limits.root, limits.dtype)
-    if needed <= limits.max_memory:
+    need = memory_need(collective, size, limits)
+    if need.total <= limits.budget.limit:
         return None
-    return f"{format_size(size.used)} needs {format_size(needed)} ({needed} B)"
+    return f"{format_size(size.used)} needs {need.describe()}"
 
 
-def _refusal_notes(where: str, max_memory: int | None, refused: list[str]) -> list[str]:
-    """The note that names each size --max-memory refused, with what its buffers need."""
-    if not refused:
+def _with_window(collective: Collective, size: PlannedSize, limits: SizeLimits) -> PlannedSize:
+    """The size with the most async ops its budget has room for (each holds its own temporaries)."""
+    if limits.budget is None or not collective.sized:
+        return size
+    need = memory_need(collective, size, limits)
+    if not need.temporary:
+        return size
+    return replace(size, window=max(1, (limits.budget.limit - need.buffers) // need.temporary))
+
+
+def _refusal_notes(where: str, budget: MemoryBudget | None, refused: list[str]) -> list[str]:
+    """The note that names each size the budget refused, with what it needs and what there is."""
+    if not refused or budget is None:
         return []
-    return [f"{where}: refused by --max-memory {format_size(max_memory or 0)} of buffers per rank: "
-            f"{', '.join(refused)}"]
+    hint = "" if budget.explicit else "; --max-memory sets another budget"
+    return [f"{where}: refused, not enough memory ({budget.describe()}{hint}): {', '.join(refused)}"]
 
 
 def _plan_uneven(collective: Collective, sizes: list[int], limits: SizeLimits
@@ -135,7 +181,7 @@ def _plan_uneven(collective: Collective, sizes: list[int], limits: SizeLimits
         elif (refusal := _refusal(collective, size, limits)) is not None:
             refused.append(refusal)
         else:
-            planned.append(size)
+            planned.append(_with_window(collective, size, limits))
     where = _where(collective, limits)
     notes = []
     if splits.from_file and planned:
@@ -145,7 +191,7 @@ def _plan_uneven(collective: Collective, sizes: list[int], limits: SizeLimits
         notes.append(f"{where}: {splits.text} splits; a size is the largest per-rank byte count")
     if skipped:
         notes.append(f"{where}: skipped sizes too small for {splits.text}: {', '.join(skipped)}")
-    notes.extend(_refusal_notes(where, limits.max_memory, refused))
+    notes.extend(_refusal_notes(where, limits.budget, refused))
     return planned, notes
 
 
@@ -166,11 +212,14 @@ class TablePlan:
         return len(self.sizes) * len(self.modes)
 
 
-def plan_tables(config: RunConfig, world_size: int) -> tuple[list[TablePlan], list[str]]:
-    """The tables of the sweep; ``world_size`` is the ranks one collective spans (a group's size)."""
+def plan_tables(config: RunConfig, world_size: int, available: MemoryBudget | None = None
+                ) -> tuple[list[TablePlan], list[str]]:
+    """The tables of the sweep; ``world_size`` is the ranks one collective spans (a group's size),
+    ``available`` the memory budget when --max-memory does not set one."""
     tables: list[TablePlan] = []
     notes: list[str] = []
     splits = split_spec(config)
+    budget = explicit_budget(config.max_memory) if config.max_memory is not None else available
     for name in config.collectives:
         collective = REGISTRY[name]
         modes = tuple(mode for mode in config.modes if mode in collective.modes)
@@ -181,10 +230,24 @@ def plan_tables(config: RunConfig, world_size: int) -> tuple[list[TablePlan], li
             continue
         # A collective that moves no data is timed once, not once per dtype.
         for dtype in config.dtypes if collective.sized else config.dtypes[:1]:
-            limits = SizeLimits(world_size, dtype, config.root, splits, config.max_memory)
+            limits = SizeLimits(world_size, dtype, config.root, splits, budget, config.launch.device or "cpu")
             planned, size_notes = plan_sizes(collective, config.sizes, limits)
             notes.extend(size_notes)
+            if "async" in modes:
+                notes.extend(_window_notes(_where(collective, limits), planned, config, budget))
             for op in config.ops if collective.reduces else [""]:
                 for placement in placements_for(collective, config.placements):
                     tables.append(TablePlan(collective, dtype, op, planned, placement, modes))
     return tables, notes
+
+
+def _window_notes(where: str, planned: list[PlannedSize], config: RunConfig, budget: MemoryBudget | None
+                  ) -> list[str]:
+    """A note naming the sizes whose async windows the memory budget holds to fewer ops than asked."""
+    widest = config.iters or config.max_iters
+    capped = [f"{format_size(size.used)}: {size.window}" for size in planned
+              if size.window is not None and size.window < widest]
+    if not capped or budget is None:
+        return []
+    return [f"{where}: async windows hold at most this many ops, each with its own temporaries, within "
+            f"{budget.describe()}: {', '.join(capped)}"]

@@ -13,7 +13,8 @@ from typing import Any, BinaryIO
 
 from commbench.errors import UsageError
 from commbench.frame import rows_frame
-from commbench.results import SERIES_FIELDS, Row, SavedRun, default_placement, load_runs
+from commbench.results import SERIES_FIELDS, Row, default_placement
+from commbench.saved import SavedRun, load_runs
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 LINE_STYLES = ("-", "--", ":", "-.")

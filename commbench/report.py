@@ -21,7 +21,8 @@ from commbench.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fit, fit_r
 from commbench.frame import rows_frame, runs_frame
 from commbench.plot import draw, matplotlib_missing, save
 from commbench.provenance.html import hardware_table_html, peak_table_html
-from commbench.results import SERIES_FIELDS, Row, SavedRun, load_runs
+from commbench.results import SERIES_FIELDS, Row
+from commbench.saved import SavedRun, load_runs
 from commbench.sizes import format_size
 from commbench.soak import SPIKE_FACTOR, soak_lines, time_spikes
 

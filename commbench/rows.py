@@ -1,7 +1,8 @@
 """Building rows: the one function that turns what was timed into a Row, for sweeps and patterns alike.
 
 Every timed row gets the same statistics from its samples (max over ranks, in µs): p50/p95/p99, min,
-max, mean, stdev, CV and the median's 95% interval; algbw = size / p50 and busbw = algbw x the
+max, mean, stdev, CV and the median's 95% interval, and the p50 of the host-observed times (when the
+timer gave them); algbw = size / p50 and busbw = algbw x the
 collective's factor; each rank's own mean; and, when arrivals were recorded, each rank's arrival skew and
 the rank its group waited for. A row that was not timed (``sampled`` None: the backend refused it, its
 buffers could not be allocated) keeps its identity and error and has no numbers.
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.provenance.verdicts import RowContext, annotate_row
 from commbench.results import Row
 from commbench.sizes import format_size
-from commbench.stats import algbw_gbps, arrival_skews, last_to_arrive, summarize
+from commbench.stats import algbw_gbps, arrival_skews, last_to_arrive, slowest_rank_per_iteration, summarize
 
 if TYPE_CHECKING:
     from commbench.sampling import Sampled
@@ -31,6 +32,9 @@ def measured_fields(sampled: "Sampled", size_bytes: int, busbw_factor: float, ti
     (half a round trip, one message of a window); ``members`` are the groups arrivals compare within."""
     samples_us = microseconds([value * time_scale for value in sampled.slowest])
     summary = summarize(samples_us)
+    host_us = microseconds([value * time_scale for value in
+                            slowest_rank_per_iteration(sampled.per_rank_host_seconds)]) \
+        if sampled.per_rank_host_seconds and sampled.per_rank_host_seconds[0] else []
     algbw = algbw_gbps(size_bytes, summary.p50 * 1e-6)
     skews = arrival_skews(sampled.per_rank_arrivals, members) if sampled.per_rank_arrivals else []
     rank_means = [sum(values) / len(values) * time_scale
@@ -39,7 +43,8 @@ def measured_fields(sampled: "Sampled", size_bytes: int, busbw_factor: float, ti
         iters=sampled.ops, samples=len(samples_us), time_us_p50=summary.p50, time_us_p95=summary.p95,
         time_us_p99=summary.p99, time_us_min=summary.min, time_us_max=summary.max,
         time_us_mean=summary.mean, time_us_stdev=summary.stdev, time_us_cv=summary.cv,
-        ci95_rel=summary.ci95_rel, algbw_gbps=algbw,
+        ci95_rel=summary.ci95_rel, host_time_us_p50=summarize(host_us).p50 if host_us else None,
+        algbw_gbps=algbw,
         busbw_gbps=None if algbw is None else algbw * busbw_factor,
         skew_us_max=microseconds([max(skews)])[0] if skews else None,
         slowest_rank=last_to_arrive(skews, members) if skews else None,

@@ -12,10 +12,13 @@ collective, and a stop asked for by a signal on any rank is agreed on by all, be
 Outside every timed region, and in this order for each size: every rank allocates its buffers and the
 ranks agree that all of them could; per mode, one probe op is issued and completed and the ranks agree
 that it ran everywhere (an op or dtype the backend rejects becomes a row with an ``error``, and the sweep
-goes on); warm-up; the timed iterations, with --check a checked op after them (and after every
---check-every timed ops), its buffers refilled before and zeroed after.
+goes on); warm-up (--warmup ops; with adaptive counts no more than fit WARMUP_SHARE of --time-per-size
+at the probe's time, the probe being the first); the timed iterations, with --check a checked op after
+them (and after every --check-every timed ops), its buffers refilled before and zeroed after. Between
+sizes the allocator's cache goes back to the device.
 """
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,18 +27,21 @@ from commbench.backends.base import Backend, CollectiveArgs
 from commbench.check import CheckValues, SizeChecker
 from commbench.collectives import Buffers, Layout
 from commbench.config import RunConfig
+from commbench.devices import MemoryBudget
 from commbench.dtypes import torch_dtype
 from commbench.errors import RunError, Terminated, UsageError, brief, failures_named
 from commbench.groups import Membership, world_plan
 from commbench.output import Output
-from commbench.planning import PlannedSize, TablePlan, plan_tables
+from commbench.planning import PlannedSize, SizeLimits, TablePlan, memory_need, plan_tables
 from commbench.provenance.verdicts import RowContext
 from commbench.results import Row
 from commbench.rows import describe_row, make_row
 from commbench.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.sizes import format_size
 from commbench.soak import repeat_until, soak_lines
-from commbench.timing import BoundOp, warm_up
+from commbench.timing import BoundOp, graph_replay_op, warm_up, warm_up_count
+
+WARMUP_SHARE = 0.2  # adaptive counts: warm-up ops stop once they would take this share of --time-per-size
 
 
 def _no_stop() -> int:
@@ -45,13 +51,15 @@ def _no_stop() -> int:
 @dataclass(frozen=True)
 class Session:
     """What launch sets up once for a rank besides the backend: the sub-communicator it measures in,
-    the stop requests (signals) that every rank agrees on between sizes, every rank's host name, and
-    (tests only) a size this rank leaves out of its sweeps, as a rank whose sweep diverged would."""
+    the stop requests (signals) that every rank agrees on between sizes, the memory budget the ranks
+    agreed on, every rank's host name, and (tests only) a size this rank leaves out of its sweeps, as a
+    rank whose sweep diverged would."""
 
     membership: Membership
     stop_requested: Callable[[], int] = _no_stop
     skipped_size: int | None = None
     row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
+    memory: MemoryBudget | None = None  # what a rank may fill when --max-memory does not say
     hostnames: tuple[str, ...] = ()  # by rank (fabric groups ranks by host)
 
     @classmethod
@@ -93,7 +101,9 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     session = session or Session.world(backend)
     plan = session.membership.plan
     config.check_span(plan.size, whole_world=plan.is_world)
-    tables, notes = plan_tables(config, plan.size)
+    tables, notes = plan_tables(config, plan.size, session.memory)
+    if not any(table.sizes for table in tables):  # the ranks' memory refused every size
+        raise UsageError(f"nothing to measure at {plan.size} ranks: {notes[0] if notes else 'no size fits'}")
     for text in notes:
         output.note(text)
     output.plan(sum(table.step_count() for table in tables))
@@ -105,7 +115,8 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
         for size in table.sizes:
             if size.requested == session.skipped_size:
                 continue
-            point = SizePoint(config, backend, table, size, session.membership, session.row_context)
+            point = SizePoint(config, backend, table, size, session.membership, session.row_context,
+                              session.memory)
             _check_in(point, point.label(), session.stop_requested)
             for row in measure_size(point, budgets, output):
                 output.row(row)
@@ -113,6 +124,7 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
                     output.note(f"{describe_row(row)}: {row.wrong} wrong elements, first at "
                                 f"{row.first_wrong}")
                 table_rows.append(row)
+            backend.free_cached_memory()  # the size's buffers are gone: nothing cached for the next
         output.table_done(table_rows)
         all_rows.extend(table_rows)
     # Every rank has finished measuring: a stop asked for during the last size has nothing left to stop.
@@ -152,6 +164,7 @@ class SizePoint:
     size: PlannedSize
     membership: Membership
     row_context: RowContext | None = None
+    memory: MemoryBudget | None = None  # the default budget (--max-memory, when given, comes first)
 
     @property
     def placement(self) -> str:
@@ -208,46 +221,83 @@ def _attempt(action: Callable[[], Any]) -> tuple[Any, str | None]:
         return action(), None
     except (RunError, UsageError, Terminated):
         raise
+    except AllocationFailed as exc:  # already one line, naming what a reader needs
+        return None, str(exc)
     except Exception as exc:
         return None, brief(exc)
 
 
 def agree(backend: Backend, error: str | None) -> str | None:
     """Every rank learns whether any rank failed, and the first failure: ranks then act alike."""
-    flags = backend.all_gather_floats([0.0 if error is None else 1.0])
-    if not any(flag for (flag,) in flags):
-        return None
+    return agree_with_time(backend, error, 0.0)[0]
+
+
+def agree_with_time(backend: Backend, error: str | None, seconds: float) -> tuple[str | None, float]:
+    """``agree``, and the largest of the ranks' ``seconds``, in the same gather."""
+    flags = backend.all_gather_floats([0.0 if error is None else 1.0, seconds])
+    slowest = max(value for _, value in flags)
+    if not any(flag for flag, _ in flags):
+        return None, slowest
     texts = backend.all_gather_object(error)
     failing = [rank for rank, text in enumerate(texts) if text is not None]
     if len(failing) == len(texts) and len(set(texts)) == 1:
-        return f"{texts[0]} (on every rank)"
+        return f"{texts[0]} (on every rank)", slowest
     others = len(failing) - 1
     return f"rank {failing[0]}: {texts[failing[0]]}" + (f" (and {_count(others, 'other rank')})"
-                                                         if others else "")
+                                                         if others else ""), slowest
 
 
 def _allocate(point: SizePoint, layout: Layout) -> Buffers:
-    buffers = point.table.collective.build(layout)
+    try:
+        buffers = point.table.collective.build(layout)
+    except (RuntimeError, MemoryError) as exc:  # torch's out-of-memory errors are RuntimeErrors
+        raise AllocationFailed(out_of_memory(point, exc)) from exc
     for tensor in buffers.tensors():
         tensor.zero_()  # zeros: repeated in-place reductions stay finite in every dtype
     return buffers
 
 
-def _probe(op: BoundOp, mode: str) -> None:
-    """One untimed op, issued as ``mode`` issues them and completed."""
+class AllocationFailed(Exception):
+    """A size's buffers could not be allocated; the message names the size, the need and the budget."""
+
+
+def out_of_memory(point: SizePoint, exc: BaseException) -> str:
+    """'could not allocate 1 GiB: needs 1.5 GiB per rank (...); 1.2 GiB per rank, 90% of ...;
+    --max-memory not set'."""
+    config, table = point.config, point.table
+    limits = SizeLimits(point.membership.plan.size, table.dtype, config.root, None, None,
+                        point.backend.device.type)
+    need = memory_need(table.collective, point.size, limits)
+    if config.max_memory is not None:
+        within = f"within --max-memory {format_size(config.max_memory)}"
+    elif point.memory is not None:
+        within = f"{point.memory.describe()}; --max-memory not set"
+    else:
+        within = "available memory unknown; --max-memory not set"
+    return (f"out of memory allocating size {format_size(point.size.used)}: it needs {need.describe()}; "
+            f"{within} ({type(exc).__name__})")
+
+
+def _probe(op: BoundOp, mode: str) -> float:
+    """One untimed op, issued as ``mode`` issues them and completed; its seconds on the host."""
     op.args.async_op = mode == "async"
+    started = time.perf_counter()
     try:
         op()
         op.backend.complete(op.args)
     finally:
         op.args.async_op = False
         op.args.wait_list.clear()
+    return time.perf_counter() - started
 
 
 def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: Output) -> list[Row]:
     """One row per mode for one size; the buffers are this call's locals, released when it returns."""
     backend, table = point.backend, point.table
     layout = point.layout()
+    if point.config.cuda_graph and not table.collective.capturable:
+        why = f"{table.collective.name} blocks the host until every rank arrives: a CUDA graph cannot hold it"
+        return [point.row(mode, None, layout, error=why) for mode in table.modes]
     # All ranks agree before the first collective: a rank that cannot allocate (out of memory) makes
     # an error row on every rank instead of leaving the others waiting inside a collective.
     with failures_named(lambda: point.failed_in(table.modes[0])):
@@ -263,28 +313,33 @@ def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: 
     for mode in table.modes:
         output.working(f"{table.collective.name} {table.dtype} {format_size(point.size.used)} {mode}")
         with failures_named(lambda: point.failed_in(mode)):  # noqa: B023 - used before the loop moves on
-            _, error = _attempt(lambda: _probe(op, mode))  # noqa: B023 - called at once
-            error = agree(backend, error)
+            seconds, error = _attempt(lambda: _probe(op, mode))  # noqa: B023 - called at once
+            error, slowest = agree_with_time(backend, error, seconds or 0.0)
             if error is not None:
                 rows.append(point.row(mode, None, layout, error=error))
                 continue
-            rows.append(_measure_mode(point, op, layout, buffers, mode, budgets[mode]))
+            rows.append(_measure_mode(point, op, (layout, buffers), mode, budgets[mode], slowest))
     return rows
 
 
-def _measure_mode(point: SizePoint, op: BoundOp, layout: Layout, buffers: Buffers, mode: str,
-                  budget: IterationBudget) -> Row:
+def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], mode: str,
+                  budget: IterationBudget, probe_seconds: float) -> Row:
     """Warm-up, the timed ops (with --check, checked ops between and after them) and the row."""
     config = point.config
+    layout, buffers = built
     checker = interlude = None
+    op.args.async_op = mode == "async"
+    share = None if config.iters is not None else WARMUP_SHARE * config.time_per_size
+    warm_up(op, warm_up_count(config.warmup, probe_seconds, share))
     if config.check:
         values = CheckValues(layout.dtype, point.table.op, layout.world_size, point.backend.device,
                              config.premul_factor)
-        checker = SizeChecker(op, mode, point.table.collective, layout, buffers, values)
+        # with CUDA graphs the checked op is a replay of a captured one, as the timed ops are
+        checked_op = graph_replay_op(op) if config.cuda_graph else op
+        checker = SizeChecker(checked_op, mode, point.table.collective, layout, buffers, values)
         interlude = Interlude(config.check_every or 1 << 62, checker.run)
-    op.args.async_op = mode == "async"
-    warm_up(op, config.warmup)
-    sampled = collect(op, mode, budget, point.size.used, interlude)
+        op.args.async_op = mode == "async"
+    sampled = collect(op, mode, budget, point.size.used, interlude, point.size.window)
     if interlude is not None:
         interlude.finish()  # the checked op after timing
     return point.row(mode, sampled, layout, checker=checker)

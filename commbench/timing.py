@@ -1,8 +1,10 @@
-"""Timers and the two timed loops.
+"""Timers and the timed loops: sync, async and CUDA-graph replays.
 
 Sync mode: each op is issued and completed before the next; one sample per op.
 Async mode: a window of ops is issued with async_op=True, then every handle is waited on; one sample per
 window, the window's time divided by its ops. The clock stops only after the last handle has completed.
+Every region also yields the host-observed time of its samples (on CPU the same clock; on CUDA see
+cuda_timing.py).
 
 Nothing inside a timed region allocates, fills or checks: buffers, events and sample slots exist before
 the first op is issued.
@@ -15,11 +17,10 @@ without synchronised clocks (to within that latency).
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-
-import torch
+from dataclasses import dataclass, field
 
 from commbench.backends.base import Backend, CollectiveArgs
+from commbench.cuda_timing import CudaEventTimer, captured
 
 
 @dataclass(frozen=True)
@@ -58,43 +59,19 @@ class WallClockTimer:
     def seconds(self) -> list[float]:
         return [(end - start) * 1e-9 for start, end in zip(self._starts, self._ends, strict=True)]
 
+    def host_seconds(self) -> list[float]:
+        return self.seconds()  # the host's clock is the only one
 
-class CudaEventTimer:
-    """CUDA events on the current stream: device time from the first issue to the last completion.
-
-    Waiting on a handle makes the current stream wait for the collective's stream, so the stop event,
-    recorded after the waits and before the host synchronises, marks the collective's end on the device.
-    """
-
-    def __init__(self, backend: Backend, slots: int) -> None:
-        self._backend = backend
-        self._starts = [torch.cuda.Event(enable_timing=True) for _ in range(slots)]
-        self._ends = [torch.cuda.Event(enable_timing=True) for _ in range(slots)]
-        self._host_starts = [0] * slots  # when the host issued each op: the rank's arrival
-
-    def start(self, slot: int) -> None:
-        self._host_starts[slot] = time.perf_counter_ns()
-        self._starts[slot].record()
-
-    def arrivals(self, origin_ns: int) -> list[float]:
-        return [(start - origin_ns) * 1e-9 for start in self._host_starts]
-
-    def finish(self, slot: int, args: CollectiveArgs) -> None:
-        self._backend.wait(args)
-        self._ends[slot].record()
-        self._backend.sync_device()
-
-    def seconds(self) -> list[float]:
-        torch.cuda.synchronize()
-        return [start.elapsed_time(end) * 1e-3 for start, end in zip(self._starts, self._ends, strict=True)]
+    def observe_host(self, slot: int, op: Callable[[], None], args: CollectiveArgs) -> None:
+        """Nothing more to observe: the op above was timed on the host."""
 
 
 Timer = WallClockTimer | CudaEventTimer
 
 
-def make_timer(backend: Backend, slots: int) -> Timer:
+def make_timer(backend: Backend, slots: int, hide_launch: bool = False) -> Timer:
     if backend.device.type == "cuda":
-        return CudaEventTimer(backend, slots)
+        return CudaEventTimer(backend, slots, hide_launch)
     return WallClockTimer(backend, slots)
 
 
@@ -104,13 +81,22 @@ def warm_up(op: BoundOp, count: int) -> None:
     op.backend.complete(op.args)
 
 
+def warm_up_count(requested: int, seconds_per_op: float, budget_s: float | None) -> int:
+    """Warm-up ops: ``requested`` (--warmup), fewer when they would take longer than ``budget_s`` at
+    ``seconds_per_op`` (the slowest rank's probe op, which was itself a warm-up); None: no time limit."""
+    if budget_s is None or seconds_per_op <= 0:
+        return requested
+    return min(requested, int(budget_s / seconds_per_op))
+
+
 @dataclass
 class TimedRegion:
-    """One rank's timed region: seconds per sample, and when it arrived at each sample's first op,
-    in seconds after the barrier that opened the region."""
+    """One rank's timed region: seconds per sample, when it arrived at each sample's first op (in
+    seconds after the barrier that opened the region), and each sample's host-observed seconds."""
 
     seconds: list[float]
     arrivals: list[float]
+    host_seconds: list[float] = field(default_factory=list)
 
 
 def time_sync(op: BoundOp, iters: int, barrier_per_iter: bool = False) -> TimedRegion:
@@ -121,7 +107,7 @@ def time_sync(op: BoundOp, iters: int, barrier_per_iter: bool = False) -> TimedR
     """
     backend, args = op.backend, op.args
     args.async_op = False
-    timer = make_timer(backend, iters)
+    timer = make_timer(backend, iters, hide_launch=True)
     backend.barrier()
     origin_ns = time.perf_counter_ns()
     for slot in range(iters):
@@ -130,7 +116,8 @@ def time_sync(op: BoundOp, iters: int, barrier_per_iter: bool = False) -> TimedR
         timer.start(slot)
         op()
         timer.finish(slot, args)
-    return TimedRegion(timer.seconds(), timer.arrivals(origin_ns))
+        timer.observe_host(slot, op, args)
+    return TimedRegion(timer.seconds(), timer.arrivals(origin_ns), timer.host_seconds())
 
 
 def time_async(op: BoundOp, iters: int) -> TimedRegion:
@@ -145,7 +132,8 @@ def time_async(op: BoundOp, iters: int) -> TimedRegion:
         op()
     timer.finish(0, args)
     args.async_op = False
-    return TimedRegion([seconds / iters for seconds in timer.seconds()], timer.arrivals(origin_ns))
+    return TimedRegion([seconds / iters for seconds in timer.seconds()], timer.arrivals(origin_ns),
+                       [seconds / iters for seconds in timer.host_seconds()])
 
 
 def time_cuda_graph(op: BoundOp, ops: int, replays: int) -> TimedRegion:
@@ -156,16 +144,7 @@ def time_cuda_graph(op: BoundOp, ops: int, replays: int) -> TimedRegion:
     """
     backend, args = op.backend, op.args
     args.async_op = False
-    side = torch.cuda.Stream(backend.device)
-    side.wait_stream(torch.cuda.current_stream(backend.device))
-    with torch.cuda.stream(side):  # one eager op on a side stream before capture, as capture requires
-        op()
-    torch.cuda.current_stream(backend.device).wait_stream(side)
-    backend.sync_device()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(ops):
-            op()
+    graph = captured(backend, op, ops)
     timer = CudaEventTimer(backend, replays)
     backend.barrier()
     origin_ns = time.perf_counter_ns()
@@ -173,4 +152,14 @@ def time_cuda_graph(op: BoundOp, ops: int, replays: int) -> TimedRegion:
         timer.start(slot)
         graph.replay()
         timer.finish(slot, args)
-    return TimedRegion([seconds / ops for seconds in timer.seconds()], timer.arrivals(origin_ns))
+    return TimedRegion([seconds / ops for seconds in timer.seconds()], timer.arrivals(origin_ns),
+                       [seconds / ops for seconds in timer.host_seconds()])
+
+
+def graph_replay_op(op: BoundOp) -> BoundOp:
+    """An op whose issue replays a CUDA graph of one ``op``: what --check runs with CUDA graphs, so the
+    values checked are those a replay produces. Captured now (capture runs the op once, eagerly), before
+    the check fills its inputs."""
+    op.args.async_op = False
+    graph = captured(op.backend, op, 1)
+    return BoundOp(op.backend, op.args, lambda backend, args: graph.replay())

@@ -8,7 +8,7 @@ import pytest
 
 from commbench.cli import main
 from commbench.compare import change_text, compare_runs, geometric_means
-from commbench.results import load_run
+from commbench.saved import load_run
 from commbench.sizes import format_size
 from tests.dist_helpers import commbench
 

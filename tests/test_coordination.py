@@ -53,6 +53,19 @@ def test_every_rank_joins_then_steps_together():
     assert steps == {rank: [0] * 5 for rank in range(3)}
 
 
+def test_ranks_learn_who_shares_their_host_and_any_ranks_problem():
+    # before NCCL starts: the local rank of a rank no launcher numbered, and one verdict for all
+    hosts = ["b", "a", "b", "a"]
+    ranks = Ranks(4)
+    on_host = ranks.run(lambda c: c.peers_under("hosts", hosts[c.rank]))
+    assert on_host == {0: [0, 2], 1: [1, 3], 2: [0, 2], 3: [1, 3]}
+    claims = ranks.run(lambda c: c.peers_under("devices", f"{hosts[c.rank]}|GPU-{c.rank % 2}"))
+    assert claims[0] == [0, 2] and claims[1] == [1, 3]  # two ranks of each host claimed one device
+    verdicts = ranks.run(lambda c: c.agree_on_problem("devices", "shared" if c.rank == 2 else None))
+    assert verdicts == dict.fromkeys(range(4), "shared")
+    assert ranks.run(lambda c: c.agree_on_problem("other", None)) == dict.fromkeys(range(4))
+
+
 def test_old_step_keys_are_removed():
     ranks = Ranks(2)
     ranks.run(lambda c: [c.check_in("a", f"s{n}") for n in range(3)])

@@ -11,7 +11,7 @@ import pytest
 
 from commbench.fabric.analysis import analyse
 from commbench.fabric.hooks import draw_fabric, fabric_report_page
-from commbench.results import load_run
+from commbench.saved import load_run
 from commbench.spawn import free_port
 from commbench.stats import MIN_SAMPLES_FOR_CI
 from tests.dist_helpers import commbench, torchrun

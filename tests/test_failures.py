@@ -140,6 +140,20 @@ def test_rank_that_never_joins_is_named(tmp_path):
 
 
 @pytest.mark.processes
+def test_a_start_that_times_out_says_so_and_names_the_timeout(tmp_path):
+    # 1 ms is too short for the ranks to meet: every rank says the start timed out, naming the timeout;
+    # no C++ frames, and no port blamed
+    result = commbench("--sizes", "1K", "--timeout", "0.001", "--output-dir", str(tmp_path), timeout=120)
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert lines and all("0.001 s" in line for line in lines), result.stderr
+    assert any("timed out after 0.001 s" in line or "did not start within 0.001 s (--timeout)" in line
+               for line in lines)
+    for misleading in ("frame #", "port is taken", "Traceback"):
+        assert misleading not in result.stderr
+
+
+@pytest.mark.processes
 def test_sigint_to_the_launcher_keeps_the_rows_and_exits_130(tmp_path):
     proc, ranks = _start(tmp_path)
     proc.send_signal(signal.SIGINT)

@@ -43,7 +43,7 @@ from commbench.compare import compare_command
 from commbench.fit import fit_rows
 from commbench.plot import plot_command
 from commbench.report import report_command
-from commbench.results import load_run
+from commbench.saved import load_run
 import commbench
 
 compare_command([{a!r}, {b!r}], 3900.0, 0.05, False)

@@ -49,6 +49,15 @@ def test_host_presets():
     assert split_by_hosts(["a", "a"], "intra-node").is_world  # one host: the world is the group
 
 
+def test_group_ranks_are_numbered_as_torch_numbers_them():
+    # torch's new_group sorts the ranks it is given: group rank 0 is the lowest global rank, so a root
+    # or a send_recv partner named by group rank must be counted the same way
+    plan = split_by_hosts(["a", "b", "b", "a"], "inter-node")  # a: 0, 3; b: 1, 2
+    assert plan.members == ((0, 1), (2, 3))
+    assert (plan.group_rank(3), plan.group_rank(2)) == (1, 0)
+    assert all(list(ranks) == sorted(ranks) for ranks in split_world(12, 4, "strided").members)
+
+
 @pytest.mark.parametrize("hosts, preset, message", [
     (["a", "a", "b"], "intra-node", r"different numbers of ranks \(a: 2, b: 1\)"),
     (["a", "b"], "intra-node", "every host runs one rank"),

@@ -15,7 +15,8 @@ import pytest
 import commbench
 from commbench.errors import UsageError
 from commbench.frame import ROW_COLUMNS, RUN_COLUMNS
-from commbench.results import CSV_COLUMNS, Row, load_run
+from commbench.results import CSV_COLUMNS, Row
+from commbench.saved import load_run
 
 # What rows and metadata looked like before each of these fields existed (later fields of Row and RunMeta).
 LATER_ROW_FIELDS = ("samples", "time_us_p99", "time_us_stdev", "time_us_cv", "ci95_rel", "group_size",

@@ -7,7 +7,8 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from commbench.results import ResultWriter, Row, RunMeta, load_run
+from commbench.results import ResultWriter, Row, RunMeta
+from commbench.saved import load_run
 from commbench.stats import percentile, slowest_rank_per_iteration, summarize
 
 

@@ -10,7 +10,7 @@ import torch
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.collectives import REGISTRY
-from commbench.sampling import IterationBudget, SamplingPolicy, collect
+from commbench.sampling import IterationBudget, SamplingPolicy, collect, sync_samples
 from commbench.stats import median_ci95, summarize
 from commbench.timing import BoundOp, time_async
 from tests.dist_helpers import commbench, run_ranks
@@ -27,6 +27,17 @@ def test_count_fits_the_budget_between_the_bounds():
     assert budget.choose(1024, 0.001) == 500  # 0.5 s / 1 ms
     assert IterationBudget(_policy()).choose(1024, 1e-6) == 1000  # capped by --max-iters
     assert IterationBudget(_policy()).choose(1024, 2.0) == 5  # --min-iters even when over budget
+
+
+def test_sync_counts_give_an_interval_from_20_samples_or_none():
+    policy = _policy()  # 0.5 s per size, --min-iters 5
+    assert sync_samples(500, 0.001, policy) == 500
+    assert sync_samples(5, 0.1, policy) == 5  # too few for an interval: as budgeted
+    assert sync_samples(25, 0.02, policy) == 40  # 40 x 20 ms fit in twice the budget
+    assert sync_samples(30, 0.03, policy) == 30  # 40 x 30 ms would not; 30 are more than 20
+    assert sync_samples(12, 0.04, policy) == 20  # 20 x 40 ms fit in twice the budget
+    assert sync_samples(8, 0.06, policy) == 5  # 20 x 60 ms would not: no interval
+    assert sync_samples(12, 0.01, _policy(max_iters=15)) == 15
 
 
 def test_count_never_rises_with_size():
@@ -96,8 +107,8 @@ def test_adaptive_counts_are_decided_once_for_all_ranks():
     assert counts == sorted(counts, reverse=True) and max(counts) <= 60 and min(counts) >= 3
     for (size, mode), (ops, samples) in results[0].items():
         assert ops <= 60  # rank 0's --max-iters; rank 1's 7 played no part...
-        if mode == "sync":
-            assert ops == samples <= chosen[size]
+        if mode == "sync":  # the count chosen, or 20 or 40 when it was below 40 (sync_samples)
+            assert ops == samples <= max(chosen[size], 40)
     assert any(ops > 7 for ops, _ in results[0].values())  # ...as this shows
 
 
@@ -107,9 +118,12 @@ class _SlowWork:
     def __init__(self, work, delay: float) -> None:
         self.work, self.delay = work, delay
 
-    def wait(self) -> bool:
+    def wait(self, timeout=None) -> bool:
         time.sleep(self.delay)
         return self.work.wait()
+
+    def is_completed(self) -> bool:
+        return self.work.is_completed()
 
 
 class _SlowCompletionBackend(TorchDistBackend):
@@ -147,6 +161,8 @@ def test_fixed_iters_turns_adaptation_off(tmp_path):
         ("sync", 7, 7), ("async", 7, 1), ("sync", 7, 7), ("async", 7, 1)]
     sync = rows[0]
     assert sync["ci95_rel"] is not None and sync["time_us_p99"] >= sync["time_us_p95"]
+    # on CPU the host's clock is the only clock: the host-observed time is the time
+    assert all(row["host_time_us_p50"] == row["time_us_p50"] for row in rows)
     assert len(sync["rank_mean_us"]) == 2 and len(sync["samples_us"]) == 7
 
 
@@ -155,13 +171,50 @@ def test_memory_guard_refuses_before_allocating(tmp_path):
     result = commbench("--collective", "all_gather_base", "--sizes", "1K,1M", "--max-memory", "256K",
                        "--iters", "2", "--json", str(tmp_path / "r.json"), "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    # 1 MiB all-gathered over 2 ranks: 512 KiB input + 1 MiB output per rank
-    assert "refused by --max-memory 256 KiB of buffers per rank: 1 MiB needs 1536 KiB (1572864 B)" \
-        in " ".join(result.stdout.split())
+    # 1 MiB all-gathered over 2 ranks: 512 KiB input + 1 MiB output per rank, and gloo's 1 MiB copy
+    assert "refused, not enough memory (--max-memory 256 KiB): 1 MiB needs 2.5 MiB per rank (1.5 MiB of " \
+           "buffers + 1 MiB of torch temporaries)" in " ".join(result.stdout.split())
     import json
 
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert [row["size_bytes"] for row in rows] == [1024]
+
+
+@pytest.mark.processes
+def test_a_size_beyond_the_available_memory_is_refused_naming_need_and_memory(tmp_path):
+    result = commbench("--sizes", "99999G", "--iters", "2", "--output-dir", str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert "nothing to measure at 2 ranks: all_reduce float32 at 2 ranks: refused, not enough memory (" \
+        in line
+    assert "available (MemAvailable) shared by 2 ranks" in line and "--max-memory sets another budget" in line
+    assert "99999 GiB needs 97.7 TiB per rank" in line
+    assert "err == 0" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.processes
+def test_an_allocation_that_fails_names_size_need_budget_and_max_memory(tmp_path):
+    # --max-memory above what the machine has: the size passes the plan, and its allocation fails
+    result = commbench("--sizes", "99999G", "--max-memory", "999999G", "--iters", "2",
+                       "--output-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "out of memory allocating size 99999 GiB: it needs 97.7 TiB per rank (97.7 TiB of buffers); " \
+           "within --max-memory 999999 GiB (RuntimeError) (on every rank)" in " ".join(result.stderr.split())
+    assert "err == 0" not in result.stderr
+
+
+@pytest.mark.processes
+def test_async_windows_hold_no_more_ops_than_memory_has_room_for(tmp_path):
+    result = commbench("--collective", "all_gather", "--sizes", "1M", "--mode", "async", "--iters", "8",
+                       "--max-memory", "4M", "--json", str(tmp_path / "r.json"),
+                       "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    # 1.5 MiB of buffers and 1 MiB per op in flight within 4 MiB: windows of 2 ops
+    assert "async windows hold at most this many ops" in " ".join(result.stdout.split())
+    import json
+
+    (row,) = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert (row["iters"], row["samples"]) == (8, 4)
 
 
 @pytest.mark.processes

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.dist_helpers import ROOT, launcherless_env
 
@@ -59,17 +60,40 @@ def test_bench_memory_prints_buffers_commbench_and_bare_torch_per_collective():
 
 def test_bench_sweep_compares_adaptive_and_fixed_at_every_size():
     out = run_script("bench_sweep.py", "--sizes", "1K:8K")
+    assert re.search(rf"load average \(1, 5, 15 min\) {NUMBER} {NUMBER} {NUMBER} before", out), out
     wall = re.search(rf"adaptive ({NUMBER}) s, fixed 20 iterations ({NUMBER}) s, ratio adaptive/fixed "
-                     rf"({NUMBER})", out)
+                     rf"({NUMBER}) \(target <= 0.6: (met|NOT met)\)", out)
     assert wall, out
-    adaptive, fixed, ratio = (positive(value) for value in wall.groups())
+    adaptive, fixed, ratio = (positive(value) for value in wall.groups()[:3])
     # the times print to 0.1 s and the ratio to 0.01: the ratio lies within what that rounding allows
     assert (adaptive - 0.05) / (fixed + 0.05) - 0.005 <= ratio <= (adaptive + 0.05) / (fixed - 0.05) + 0.005
-    sizes = re.findall(r"^\s+(\d+ KiB)\s+\d+\s.*\s(yes|no|n/a)$", out, re.MULTILINE)
-    assert [size for size, _ in sizes] == ["1 KiB", "2 KiB", "4 KiB", "8 KiB"]
-    judged = sum(verdict != "n/a" for _, verdict in sizes)
-    agreeing = sum(verdict == "yes" for _, verdict in sizes)
+    assert (wall.group(4) == "met") == (ratio <= 0.6)
+    sizes = re.findall(r"^\s+(\d+ KiB)\s+\d+\s+(\d+)\s.*\s(yes|no|n/a)\s+(yes|no|n/a)$", out, re.MULTILINE)
+    assert [size for size, *_ in sizes] == ["1 KiB", "2 KiB", "4 KiB", "8 KiB"]
+    judged_precise = sum(precise != "n/a" for _, _, precise, _ in sizes)
+    precise = sum(verdict == "yes" for _, _, verdict, _ in sizes)
+    assert all(precise == "n/a" for _, samples, precise, _ in sizes if int(samples) < 6)
+    assert f"at least as precise as fixed at {precise} of {judged_precise} sizes" in out
+    judged = sum(verdict != "n/a" for *_, verdict in sizes)
+    agreeing = sum(verdict == "yes" for *_, verdict in sizes)
     assert f"at {agreeing} of {judged} sizes" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the check runs in full (minutes)")
+def test_gpu_check_is_valid_bash_and_on_cpu_runs_its_cpu_parts_and_skips_the_rest(tmp_path):
+    script = str(ROOT / "scripts" / "gpu_check.sh")
+    assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0
+    done = subprocess.run(["bash", script, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=240, cwd=ROOT, env=launcherless_env(), stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "no CUDA device: running the CPU-checkable steps only" in out
+    assert "ok   devices-env" in out and "ok   memory-window" in out
+    for step in ("correctness", "graphs", "latency", "torchrun", "fsdp", "devices-env (CUDA part)",
+                 "memory-window (CUDA part)"):
+        assert f"skip {step}: needs a CUDA device" in out
+    assert out.rstrip().endswith("all steps passed")
+    assert (tmp_path / "out" / "memory-window-cpu.json").exists()
 
 
 def test_check_overhead_and_checkin_cost_print_their_ratios():

@@ -1,4 +1,5 @@
-"""The backend interface: one method per collective over a CollectiveArgs, plus complete() and barrier()."""
+"""The backend interface: one method per collective over a CollectiveArgs, plus completion, control
+operations (apart from the measured communicator) and the process group's lifetime."""
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -110,21 +111,24 @@ class Backend(ABC):
         self.sync_device()
 
     @abstractmethod
-    def barrier(self, group: Any = None) -> None:
-        """A control barrier that returns once every rank of ``group`` has reached it."""
+    def barrier(self) -> None:
+        """A control barrier: returns once every rank has reached it, with this rank's device idle."""
 
     @abstractmethod
-    def sync_device(self) -> None: ...
+    def sync_device(self) -> None:
+        """Until the device has finished the work issued so far (bounded by the timeout)."""
 
+    # Control operations run apart from the measured communicator (a gloo side group, or the store), so
+    # a rank failing on the host never turns one into a mismatched collective on it.
     @abstractmethod
-    def all_gather_floats(self, values: list[float], group: Any = None) -> list[list[float]]:
+    def all_gather_floats(self, values: list[float]) -> list[list[float]]:
         """Every rank's list of floats (all lists the same length), indexed by rank."""
 
     @abstractmethod
-    def all_gather_object(self, obj: Any, group: Any = None) -> list[Any]: ...
+    def all_gather_object(self, obj: Any) -> list[Any]: ...
 
     @abstractmethod
-    def broadcast_object(self, obj: Any, root: int = 0, group: Any = None) -> Any: ...
+    def broadcast_object(self, obj: Any, root: int = 0) -> Any: ...
 
     @property
     @abstractmethod
@@ -137,6 +141,14 @@ class Backend(ABC):
     def versions(self) -> dict[str, str]:
         """Library versions worth recording with results (NCCL, ...)."""
         return {}
+
+    def free_device_memory(self) -> int | None:
+        """Bytes free on this rank's device (CUDA), or None where the backend cannot tell (CPU)."""
+        return None
+
+    def free_cached_memory(self) -> None:
+        """Hand memory the allocator keeps cached back to the device (between sizes)."""
+        return None
 
     # --- groups and coordination ----------------------------------------------------------------
     def new_groups(self, members: list[list[int]]) -> Any:
@@ -164,3 +176,8 @@ class Backend(ABC):
     @abstractmethod
     def shutdown(self) -> None:
         """Release the process group."""
+
+    def abort(self) -> None:
+        """After a failure: abort communicators that may still run collectives on a dead or hung peer, so
+        the process can exit (nothing to do where a failed collective ends by itself)."""
+        return None

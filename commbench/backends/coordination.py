@@ -8,6 +8,8 @@ a timed region.
 
 Keys (under a per-attempt prefix):
   joined/<r>, joined, joined/all          process-group start
+  <phase>/<label>/{n,<slot>}, <phase>/n   before the start: which ranks share a host, or a device
+  <phase>/problem, <phase>/checked        the first problem any rank found in a phase
   at/<r>                                  "<step>\\n<label>": the last step rank r checked in at
   step/<n>/<signature>/{n,go,stop}        arrivals at step n, the all-arrived flag, an agreed stop
   failed/<r>, dead/<r>, trouble, deaths   a rank's failure, a launcher's report of a death, counts
@@ -139,6 +141,50 @@ class Coordinator:
                             f"{self.rank}: {format_ranks(missing)} of {self.world_size} did not join "
                             f"(store {self.store_where})")
 
+    # --- before the process group: who shares a host or a device ---------------------------------
+    def peers_under(self, phase: str, label: str) -> list[int]:
+        """Register this rank under ``label`` (a host name, a host's device) and return, once every rank
+        has registered in ``phase``, the ranks registered under the same label, in rank order.
+
+        Each rank reads only its own label's keys, so the cost grows with the ranks per label (a host's
+        ranks), not with the world."""
+        deadline = time.monotonic() + self.timeout_s
+        slot = self._call("add", f"{phase}/{label}/n", 1) - 1
+        self._call("set", f"{phase}/{label}/{slot}", str(self.rank))
+        self._phase_barrier(phase, "n", deadline)
+        count = self._call("add", f"{phase}/{label}/n", 0)
+        return sorted(int(self._text(f"{phase}/{label}/{index}") or -1) for index in range(count))
+
+    def agree_on_problem(self, phase: str, problem: str | None) -> str | None:
+        """Every rank learns the first problem any rank found in ``phase`` (None: none did), so that all
+        stop, or all go on, together. A problem names the ranks it concerns itself."""
+        deadline = time.monotonic() + self.timeout_s
+        if problem is not None and self._call("add", f"{phase}/problems", 1) == 1:
+            self._call("set", f"{phase}/problem", problem)
+        self._phase_barrier(phase, "checked", deadline)
+        return self._text(f"{phase}/problem")
+
+    def _phase_barrier(self, phase: str, counter: str, deadline: float) -> None:
+        if self._call("add", f"{phase}/{counter}", 1) == self.world_size:
+            self._call("set", f"{phase}/{counter}/all", "1")
+        try:
+            self._wait(f"{phase}/{counter}/all", deadline)
+        except _Deadline:
+            arrived = self._call("add", f"{phase}/{counter}", 0)
+            raise CheckInFailed(f"process-group start timed out after {self.timeout_s:g} s on rank "
+                                f"{self.rank}: {self.world_size - arrived} of {self.world_size} ranks did "
+                                f"not reach the {phase} check (store {self.store_where})") from None
+        except _Trouble:
+            raise CheckInFailed(f"process-group start failed on rank {self.rank}: "
+                                f"{self.peer_accounts() or 'another rank failed'}") from None
+
+    def trouble(self) -> str | None:
+        """What is known of a failed or dead rank once any has been reported, else None (one store call:
+        waits on collectives ask this now and then)."""
+        if self._call("add", "trouble", 0) <= 0:
+            return None
+        return self.peer_accounts() or "another rank failed"
+
     # --- steps --------------------------------------------------------------------------------
     def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
         """Arrive at the next step and wait for every rank; return the stop signal any rank asked for
@@ -238,13 +284,19 @@ class Coordinator:
         return "; ".join(parts)
 
 
+# The store's own timeout for one request. commbench's waits poll with their own deadline (--timeout),
+# so this only bounds a request to a store that stopped answering; a tiny --timeout must not make the
+# store's first connection (the host's to itself) time out.
+STORE_REQUEST_FLOOR_S = 30.0
+
+
 def connect(host: str, port: int, rank: int, world_size: int, timeout_s: float, host_store: bool
             ) -> Any:
     """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does.
 
     The host does not wait for the others here: Coordinator.join does, and names who is missing.
     """
-    timeout = timedelta(seconds=timeout_s)
+    timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
     if host_store:
         return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False,
                              multi_tenant=True)

@@ -7,16 +7,22 @@ start-up, so the timed loop pays no lookup and no deprecation warning.
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.backends.coordination import Coordinator, StoreLost, connect, key_prefix
-from commbench.errors import RunError, brief
+from commbench.backends.control import ControlGroup
+from commbench.backends.coordination import StoreLost
+from commbench.backends.rendezvous import (
+    Rendezvous,
+    Started,
+    StartUp,
+    abort_communicators,
+    communicator_timeout,
+)
+from commbench.backends.waiting import HostBlocking, PointToPoint, Waiter
 
 _REDUCE_OPS = {
     "sum": "SUM",
@@ -52,29 +58,26 @@ def reduce_op(name: str, premul_factor: float = 1.0) -> Any:
     return getattr(dist.ReduceOp, member)
 
 
-@dataclass(frozen=True)
-class Rendezvous:
-    """Where the ranks meet: this rank, the world size and the TCP store at ``master_addr:master_port``
-    (hosted by rank 0, or by the launcher: torchrun's agent). ``attempt`` is the launcher's restart count,
-    so a restarted job never reads a dead attempt's keys. No master address: MPI starts its own ranks
-    and there is no store."""
-
-    rank: int
-    world_size: int
-    master_addr: str
-    master_port: int
-    launcher_hosts_store: bool = False
-    attempt: str = "0"
-
-
 class TorchDistBackend(Backend):
-    """Collectives through torch.distributed on an already-initialised default process group."""
+    """Collectives through torch.distributed on an already-initialised default process group.
 
-    def __init__(self, name: str, device: torch.device, coordinator: Coordinator | None = None) -> None:
+    Every collective is issued with ``async_op=True``; a sync call then waits on its handle at once
+    through the ``Waiter`` (so no wait ever blocks past the deadline, see waiting.py). Control operations
+    (``barrier``, the gathers, ``broadcast_object``) run on a ControlGroup (control.py).
+    """
+
+    def __init__(self, name: str, device: torch.device, started: Started | None = None) -> None:
         self.name = name
         self.device = device
         self._is_cuda = device.type == "cuda"
-        self._coordinator = coordinator
+        started = started or Started(None, None, Waiter())
+        self._coordinator = started.coordinator
+        self._waiter = started.waiter
+        # control traffic on its own gloo group; on the default group where there is none (MPI without
+        # a store, or a backend made by hand on an initialised group)
+        self._control = ControlGroup(started.control_group, started.waiter)
+        self._sync_event: Any = None
+        self._aborted = False
         self._reduce_scatter_flat = _first_present(
             "reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
         self._all_gather_flat = _first_present(
@@ -87,44 +90,20 @@ class TorchDistBackend(Backend):
     @classmethod
     def create(cls, name: str, device: torch.device, rendezvous: Rendezvous, timeout_s: float
                ) -> "TorchDistBackend":
-        """Initialise the default process group over a TCP store and return the backend.
-
-        Every rank first checks in through the store, so a rank that never comes is named at the
-        deadline. Without a master address (MPI starts its own ranks) there is no store and no check-in.
-        """
-        rank, world_size = rendezvous.rank, rendezvous.world_size
-        master_addr, master_port = rendezvous.master_addr, rendezvous.master_port
-        launcher_hosts_store = rendezvous.launcher_hosts_store
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        options: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
-        if device.type == "cuda" and name == "nccl":
-            options["device_id"] = device  # eager NCCL init: failures surface here, not mid-sweep
-        if not master_addr:
-            dist.init_process_group(backend=name, rank=rank, world_size=world_size, **options)
-            return cls(name, device)
-        host = "the launcher" if launcher_hosts_store else "rank 0"
-        where = f"{master_addr}:{master_port} (hosted by {host})"
-        hosts_store = rank == 0 and not launcher_hosts_store
-        try:
-            store = connect(master_addr, master_port, rank, world_size, timeout_s, host_store=hosts_store)
-        except dist.DistError as exc:
-            detail = brief(exc)
-            why = "the port is taken" if hosts_store else \
-                f"its host did not start within {timeout_s:g} s, or MASTER_ADDR/MASTER_PORT point elsewhere"
-            raise RunError(f"rank {rank} could not {'open' if rank == 0 else 'reach'} the rendezvous store "
-                           f"at {where}: {why} ({detail})") from None
-        coordinator = Coordinator(dist.PrefixStore(key_prefix(rendezvous.attempt), store), rank, world_size,
-                                  timeout_s, where, hosts_store)
-        coordinator.join()
-        # The same prefix init_process_group gives its own store, so nothing else sharing it collides.
-        dist.init_process_group(backend=name, store=dist.PrefixStore("default_pg", store), rank=rank,
-                                world_size=world_size, **options)
-        return cls(name, device, coordinator)
+        """Meet at the store, then start the process group on ``device`` (rendezvous.StartUp; launch
+        runs the same steps with the device phases between them)."""
+        startup = StartUp(name, rendezvous, timeout_s)
+        startup.meet()
+        return cls(name, device, startup.start(device))
 
     def shutdown(self) -> None:
-        if dist.is_initialized():
+        if dist.is_initialized() and not self._aborted:
             dist.destroy_process_group()
+
+    def abort(self) -> None:
+        if self._is_cuda and not self._aborted and dist.is_initialized():
+            self._aborted = True
+            abort_communicators()
 
     @property
     def rank(self) -> int:
@@ -144,12 +123,22 @@ class TorchDistBackend(Backend):
             found["cuda"] = torch.version.cuda
         return found
 
+    def free_device_memory(self) -> int | None:
+        return torch.cuda.mem_get_info(self.device)[0] if self._is_cuda else None
+
+    def free_cached_memory(self) -> None:
+        if self._is_cuda:
+            torch.cuda.empty_cache()
+
     # --- groups and coordination ----------------------------------------------------------------
     def new_group_handles(self, members: list[list[int]], descs: list[str] | None = None) -> list[Any]:
+        timeout = {} if self._waiter.timeout_s is None else \
+            {"timeout": communicator_timeout(self.name, self._waiter.timeout_s)}
         handles = []
         for index, ranks in enumerate(members):
             options = {"group_desc": descs[index]} if descs and _NEW_GROUP_TAKES_DESC else {}
-            group = dist.new_group(list(ranks), **options)  # every rank creates every group, in order
+            # every rank creates every group, in order; torch numbers a group's ranks in ascending order
+            group = dist.new_group(list(ranks), **timeout, **options)
             handles.append(group if self.rank in ranks else None)
         return handles
 
@@ -179,22 +168,33 @@ class TorchDistBackend(Backend):
             found = self._ops[key] = reduce_op(*key)
         return found
 
-    def _finish(self, args: CollectiveArgs, works: list[Any]) -> None:
+    def _issued(self, args: CollectiveArgs, *works: Any) -> None:
         """Keep the handles of ops issued together (async), or wait on them now (sync)."""
         if args.async_op:
             args.wait_list.extend(works)
         else:
             for work in works:
-                work.wait()
+                self._settle(work)
+
+    def _settle(self, work: Any) -> None:
+        """One handle: on CUDA the current stream waits for it (the host does not, except for ops that
+        block the host, which are polled first); on CPU the host waits, in slices."""
+        if isinstance(work, PointToPoint):
+            if self._is_cuda:
+                work.work.wait()
+            else:
+                self._waiter.whole(work.work)
+            return
+        if not self._is_cuda:
+            self._waiter.work(work)
+            return
+        if isinstance(work, HostBlocking) and not torch.cuda.is_current_stream_capturing():
+            self._waiter.until(work.is_completed)
+        work.wait()
 
     @staticmethod
     def _global_rank(group: Any, group_rank: int) -> int:
         return group_rank if group is None else dist.get_global_rank(group, group_rank)
-
-    @staticmethod
-    def _keep(args: CollectiveArgs, work: Any) -> None:
-        if args.async_op:
-            args.wait_list.append(work)
 
     @staticmethod
     def _group_size(group: Any) -> int:
@@ -203,60 +203,62 @@ class TorchDistBackend(Backend):
     # --- collectives --------------------------------------------------------------------------
     def all_reduce(self, args: CollectiveArgs) -> None:
         if args.input is not None and args.input is not args.output:
+            if args.wait_list:  # ops still in flight write the output: the copy waits for them
+                self.wait(args)
             args.output.copy_(args.input)  # out of place: torch's all_reduce itself works in place
-        self._keep(args, dist.all_reduce(args.output, self._op(args), args.process_group, args.async_op))
+        self._issued(args, dist.all_reduce(args.output, self._op(args), args.process_group, True))
 
     def reduce_scatter(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.reduce_scatter(args.output, args.input, self._op(args), args.process_group,
-                                             args.async_op))
+        self._issued(args, dist.reduce_scatter(args.output, args.input, self._op(args), args.process_group,
+                                               True))
 
     def reduce_scatter_base(self, args: CollectiveArgs) -> None:
         if self._reduce_scatter_flat is not None:
             work = self._reduce_scatter_flat(args.output, args.input, self._op(args), args.process_group,
-                                             args.async_op)
+                                             True)
         else:  # torch without a flat reduce-scatter: the list form over views of the input
             chunks = list(args.input.chunk(self._group_size(args.process_group)))
-            work = dist.reduce_scatter(args.output, chunks, self._op(args), args.process_group, args.async_op)
-        self._keep(args, work)
+            work = dist.reduce_scatter(args.output, chunks, self._op(args), args.process_group, True)
+        self._issued(args, work)
 
     def all_gather(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.all_gather(args.output, args.input, args.process_group, args.async_op))
+        self._issued(args, dist.all_gather(args.output, args.input, args.process_group, True))
 
     def all_gather_base(self, args: CollectiveArgs) -> None:
         if self._all_gather_flat is not None:
-            work = self._all_gather_flat(args.output, args.input, args.process_group, args.async_op)
+            work = self._all_gather_flat(args.output, args.input, args.process_group, True)
         else:  # the list form writing into views of the flat output
             chunks = list(args.output.chunk(self._group_size(args.process_group)))
-            work = dist.all_gather(chunks, args.input, args.process_group, args.async_op)
-        self._keep(args, work)
+            work = dist.all_gather(chunks, args.input, args.process_group, True)
+        self._issued(args, work)
 
     def all_to_all(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.all_to_all(args.output, args.input, group=args.process_group,
-                                         async_op=args.async_op))
+        self._issued(args, dist.all_to_all(args.output, args.input, group=args.process_group, async_op=True))
 
     def all_to_all_single(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.all_to_all_single(args.output, args.input, args.output_splits,
-                                                args.input_splits, group=args.process_group,
-                                                async_op=args.async_op))
+        self._issued(args, dist.all_to_all_single(args.output, args.input, args.output_splits,
+                                                  args.input_splits, group=args.process_group, async_op=True))
 
     def broadcast(self, args: CollectiveArgs) -> None:
         root = self._global_rank(args.process_group, args.root)
-        self._keep(args, dist.broadcast(args.output, root, args.process_group, args.async_op))
+        self._issued(args, dist.broadcast(args.output, root, args.process_group, True))
 
     def reduce(self, args: CollectiveArgs) -> None:
         root = self._global_rank(args.process_group, args.root)
-        self._keep(args, dist.reduce(args.output, root, self._op(args), args.process_group, args.async_op))
+        self._issued(args, dist.reduce(args.output, root, self._op(args), args.process_group, True))
 
     def gather(self, args: CollectiveArgs) -> None:
         root = self._global_rank(args.process_group, args.root)
-        self._keep(args, dist.gather(args.input, args.output, root, args.process_group, args.async_op))
+        self._issued(args, dist.gather(args.input, args.output, root, args.process_group, True))
 
     def scatter(self, args: CollectiveArgs) -> None:
         root = self._global_rank(args.process_group, args.root)
-        self._keep(args, dist.scatter(args.output, args.input, root, args.process_group, args.async_op))
+        self._issued(args, dist.scatter(args.output, args.input, root, args.process_group, True))
 
     def barrier_op(self, args: CollectiveArgs) -> None:
-        self._keep(args, dist.barrier(args.process_group, args.async_op))
+        work = dist.barrier(args.process_group, True, **barrier_device(self.device))
+        # NCCL's barrier handle blocks the host in wait(): poll it first
+        self._issued(args, HostBlocking(work) if self._is_cuda else work)
 
     def send_recv(self, args: CollectiveArgs) -> None:
         if args.peer is None:  # no partner at this world size: this rank sits the exchange out
@@ -266,11 +268,11 @@ class TorchDistBackend(Backend):
             dist.P2POp(dist.isend, args.input, peer, args.process_group),
             dist.P2POp(dist.irecv, args.output, peer, args.process_group),
         ])
-        self._finish(args, works)
+        self._issued(args, *map(PointToPoint, works))
 
     def all_gather_v(self, args: CollectiveArgs) -> None:
         if self._uneven_all_gather:
-            self._keep(args, dist.all_gather(args.output, args.input, args.process_group, args.async_op))
+            self._issued(args, dist.all_gather(args.output, args.input, args.process_group, True))
             return
         # One broadcast per rank (rank r's chunk from rank r), issued together: the bytes an uneven
         # all-gather moves, at the price of n ops; the own chunk is copied locally.
@@ -280,7 +282,7 @@ class TorchDistBackend(Backend):
                                 async_op=True)
                  for rank, chunk in enumerate(args.output)]
         args.output[me].copy_(args.input)
-        self._finish(args, works)
+        self._issued(args, *works)
 
     def p2p(self, args: CollectiveArgs) -> None:
         ops, group = [], args.process_group
@@ -291,50 +293,50 @@ class TorchDistBackend(Backend):
             peer = self._global_rank(group, args.recv_peer)
             ops.extend(dist.P2POp(dist.irecv, args.output, peer, group) for _ in range(args.window))
         if ops:  # a rank outside every pair sits the op out
-            self._finish(args, dist.batch_isend_irecv(ops))
+            self._issued(args, *map(PointToPoint, dist.batch_isend_irecv(ops)))
 
     def ping_pong(self, args: CollectiveArgs) -> None:
         if args.peer is None:
             return
-        peer = self._global_rank(args.process_group, args.peer)
+        peer, group = self._global_rank(args.process_group, args.peer), args.process_group
         if args.leads:
-            dist.send(args.input, peer, args.process_group)
-            dist.recv(args.output, peer, args.process_group)
+            self._settle(PointToPoint(dist.isend(args.input, peer, group)))
+            self._settle(PointToPoint(dist.irecv(args.output, peer, group)))
         else:  # the echo: what arrived goes back
-            dist.recv(args.output, peer, args.process_group)
-            dist.send(args.output, peer, args.process_group)
+            self._settle(PointToPoint(dist.irecv(args.output, peer, group)))
+            self._settle(PointToPoint(dist.isend(args.output, peer, group)))
 
     # --- completion and control ---------------------------------------------------------------
     def wait(self, args: CollectiveArgs) -> None:
         if args.wait_list:
             for work in args.wait_list:
-                work.wait()
+                self._settle(work)
             args.wait_list.clear()
 
     def sync_device(self) -> None:
-        if self._is_cuda:
-            torch.cuda.synchronize(self.device)
+        """Until the current stream (and every collective it waited for) is idle, polled."""
+        if not self._is_cuda:
+            return
+        if self._sync_event is None:
+            self._sync_event = torch.cuda.Event()
+        self._sync_event.record()
+        self._waiter.until(self._sync_event.query)
 
-    def barrier(self, group: Any = None) -> None:
-        dist.barrier(group)
-        self.sync_device()
+    def barrier(self) -> None:
+        self.sync_device()  # the device's work first: ranks leave the barrier with nothing pending
+        self._control.barrier()
 
-    def all_gather_floats(self, values: list[float], group: Any = None) -> list[list[float]]:
-        world = dist.get_world_size(group)
-        local = torch.tensor(values, dtype=torch.float64, device=self.device)
-        gathered = torch.empty(world * len(values), dtype=torch.float64, device=self.device)
-        if self._all_gather_flat is not None:
-            self._all_gather_flat(gathered, local, group)
-        else:
-            dist.all_gather(list(gathered.chunk(world)), local, group)
-        return gathered.view(world, len(values)).cpu().tolist()
+    def all_gather_floats(self, values: list[float]) -> list[list[float]]:
+        return self._control.all_gather_floats(values)
 
-    def all_gather_object(self, obj: Any, group: Any = None) -> list[Any]:
-        found: list[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(found, obj, group)
-        return found
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return self._control.all_gather_object(obj)
 
-    def broadcast_object(self, obj: Any, root: int = 0, group: Any = None) -> Any:
-        holder = [obj]
-        dist.broadcast_object_list(holder, self._global_rank(group, root), group)
-        return holder[0]
+    def broadcast_object(self, obj: Any, root: int = 0) -> Any:
+        return self._control.broadcast_object(obj, root)
+
+
+def barrier_device(device: torch.device) -> dict[str, Any]:
+    """barrier()'s device_ids for a CUDA rank: without them NCCL guesses the device from the rank, which
+    in a sub-group can be another rank's GPU."""
+    return {"device_ids": [device.index]} if device.type == "cuda" and device.index is not None else {}

@@ -166,12 +166,32 @@ def nothing_expected(layout: Layout, buffers: Buffers) -> list[Expected]:
     return []
 
 
+# --- what torch allocates beside the buffers, per op in flight ----------------------------------------
+# Measured on gloo (torch 2.13, peak resident memory) and read from ProcessGroupNCCL: the list forms copy
+# through one flat tensor, gloo copies the flat forms too. An async window of k ops holds k of them.
+
+def no_temporary(layout: Layout) -> int:
+    return 0
+
+
+def all_chunks(layout: Layout) -> int:
+    """One flat copy of every rank's chunk: the larger buffer."""
+    return layout.count_per_rank * layout.world_size * layout.dtype.itemsize
+
+
+def all_chunks_on_cpu(layout: Layout) -> int:
+    """gloo copies the flat forms through the larger buffer; NCCL works in place."""
+    return all_chunks(layout) if layout.device.type == "cpu" else 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Collective:
     """One collective: how a size becomes buffers, how it is issued, what it must produce, its factor.
 
     ``issue`` calls the Backend method that runs it; ``expect`` says, for --check, which values each
-    output view must hold; ``busbw_factor(n)`` turns algorithm bandwidth into bus bandwidth at n ranks.
+    output view must hold; ``busbw_factor(n)`` turns algorithm bandwidth into bus bandwidth at n ranks;
+    ``temporary(layout)`` is what torch allocates beside the buffers for one op in flight (--max-memory
+    and the async window's cap count it).
     """
 
     name: str
@@ -189,6 +209,8 @@ class Collective:
     uneven: Callable[[SplitSpec, int, int, int], SizePlan] | None = None  # v-collectives: counts
     time_scale: Callable[[Layout], float] = unscaled  # reported time = measured time x this
     modes: tuple[str, ...] = MODES
+    temporary: Callable[[Layout], int] = no_temporary  # bytes torch allocates per op in flight
+    capturable: bool = True  # False: it blocks the host (barrier), so a CUDA graph cannot capture it
 
     def plan(self, size_bytes: int, world_size: int, element_size: int) -> tuple[int, int]:
         """(count_per_rank, size actually used) for a requested size: rounded down to a whole number

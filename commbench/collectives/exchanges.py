@@ -8,6 +8,7 @@ from commbench.collectives.base import (
     Collective,
     Expected,
     Layout,
+    all_chunks_on_cpu,
     nothing_expected,
     one_chunk_per_rank,
     register,
@@ -32,7 +33,8 @@ def all_to_all_buffers(layout: Layout) -> Buffers:
 ALL_TO_ALL = register(Collective(
     name="all_to_all", summary="all-to-all between lists of per-rank chunks",
     issue=lambda backend, args: backend.all_to_all(args),
-    build=all_to_all_buffers, expect=exchanged, busbw_factor=ring_factor, shards=one_chunk_per_rank))
+    build=all_to_all_buffers, expect=exchanged, busbw_factor=ring_factor, shards=one_chunk_per_rank,
+    temporary=lambda layout: 2 * all_chunks_on_cpu(layout)))  # gloo flattens the input and the output lists
 
 
 def all_to_all_single_buffers(layout: Layout) -> Buffers:
@@ -53,4 +55,5 @@ def no_buffers(layout: Layout) -> Buffers:
 BARRIER = register(Collective(
     name="barrier", summary="barrier (no data; timed once)",
     issue=lambda backend, args: backend.barrier_op(args),
-    build=no_buffers, expect=nothing_expected, busbw_factor=unit_factor, sized=False, placements=("",)))
+    build=no_buffers, expect=nothing_expected, busbw_factor=unit_factor, sized=False, placements=("",),
+    capturable=False))

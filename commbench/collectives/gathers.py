@@ -10,6 +10,8 @@ from commbench.collectives.base import (
     Collective,
     Expected,
     Layout,
+    all_chunks,
+    all_chunks_on_cpu,
     one_chunk_per_rank,
     register,
     ring_factor,
@@ -38,7 +40,8 @@ def all_gather_buffers(layout: Layout) -> Buffers:
 ALL_GATHER = register(Collective(
     name="all_gather", summary="all-gather into a list of per-rank chunks",
     issue=lambda backend, args: backend.all_gather(args),
-    build=all_gather_buffers, expect=gathered, busbw_factor=ring_factor, shards=one_chunk_per_rank))
+    build=all_gather_buffers, expect=gathered, busbw_factor=ring_factor, shards=one_chunk_per_rank,
+    temporary=all_chunks))
 
 
 def all_gather_base_buffers(layout: Layout) -> Buffers:
@@ -53,7 +56,7 @@ ALL_GATHER_BASE = register(Collective(
     name="all_gather_base", summary="all-gather into one flat tensor",
     issue=lambda backend, args: backend.all_gather_base(args),
     build=all_gather_base_buffers, expect=gathered, busbw_factor=ring_factor, shards=one_chunk_per_rank,
-    placements=PLACEMENTS))
+    placements=PLACEMENTS, temporary=all_chunks_on_cpu))
 
 
 # --- rooted: broadcast, gather, scatter --------------------------------------------------------------
@@ -77,7 +80,7 @@ GATHER = register(Collective(
     name="gather", summary="gather per-rank chunks onto the root",
     issue=lambda backend, args: backend.gather(args),
     build=gather_buffers, expect=gathered, busbw_factor=ring_factor, shards=one_chunk_per_rank,
-    rooted=True))
+    rooted=True, temporary=lambda layout: all_chunks_on_cpu(layout) if layout.rank == layout.root else 0))
 
 
 def scatter_buffers(layout: Layout) -> Buffers:

@@ -11,6 +11,8 @@ from commbench.collectives.base import (
     Collective,
     Expected,
     Layout,
+    all_chunks,
+    all_chunks_on_cpu,
     all_reduce_factor,
     one_chunk_per_rank,
     register,
@@ -54,11 +56,18 @@ def reduce_scatter_buffers(layout: Layout) -> Buffers:
     return Buffers(layout.chunks(), layout.empty(layout.count_per_rank))
 
 
+def flat_input_copy(layout: Layout) -> int:
+    """NCCL flattens the whole input list; gloo copies every chunk but this rank's own."""
+    if layout.device.type == "cpu":
+        return all_chunks(layout) - layout.count_per_rank * layout.dtype.itemsize
+    return all_chunks(layout)
+
+
 REDUCE_SCATTER = register(Collective(
     name="reduce_scatter", summary="reduce-scatter from a list of per-rank chunks",
     issue=lambda backend, args: backend.reduce_scatter(args),
     build=reduce_scatter_buffers, expect=reduced_chunk, busbw_factor=ring_factor,
-    shards=one_chunk_per_rank, reduces=True))
+    shards=one_chunk_per_rank, reduces=True, temporary=flat_input_copy))
 
 
 def reduce_scatter_base_buffers(layout: Layout) -> Buffers:
@@ -73,7 +82,7 @@ REDUCE_SCATTER_BASE = register(Collective(
     name="reduce_scatter_base", summary="reduce-scatter of one flat tensor",
     issue=lambda backend, args: backend.reduce_scatter_base(args),
     build=reduce_scatter_base_buffers, expect=reduced_chunk, busbw_factor=ring_factor,
-    shards=one_chunk_per_rank, reduces=True, placements=PLACEMENTS))
+    shards=one_chunk_per_rank, reduces=True, placements=PLACEMENTS, temporary=all_chunks_on_cpu))
 
 
 # --- reduce -----------------------------------------------------------------------------------------

@@ -44,6 +44,13 @@ def reduce_scatter_v_buffers(layout: Layout) -> Buffers:
                    layout.empty(layout.chunk_counts[layout.rank]))
 
 
+def uneven_input_copy(layout: Layout) -> int:
+    """gloo copies every input chunk but this rank's own; NCCL reduces each chunk in place."""
+    if layout.device.type != "cpu":
+        return 0
+    return (sum(layout.chunk_counts) - layout.chunk_counts[layout.rank]) * layout.dtype.itemsize
+
+
 def reduced_uneven_chunk(layout: Layout, buffers: Buffers) -> list[Expected]:
     return [Expected(buffers.output, None, offsets(layout.chunk_counts)[layout.rank], 0)]
 
@@ -52,7 +59,7 @@ REDUCE_SCATTER_V = register(Collective(
     name="reduce_scatter_v", summary="reduce-scatter into uneven per-rank chunks",
     issue=lambda backend, args: backend.reduce_scatter(args),
     build=reduce_scatter_v_buffers, expect=reduced_uneven_chunk, busbw_factor=ring_factor,
-    shards=one_chunk_per_rank, reduces=True, uneven=plan_gathered(by_row=False)))
+    shards=one_chunk_per_rank, reduces=True, uneven=plan_gathered(by_row=False), temporary=uneven_input_copy))
 
 
 def all_gather_v_buffers(layout: Layout) -> Buffers:

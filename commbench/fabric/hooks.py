@@ -14,7 +14,7 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
 from commbench.fabric.matrices import KIND, fabric_rows
-from commbench.results import SavedRun
+from commbench.saved import SavedRun
 from commbench.sizes import format_size
 
 

@@ -1,0 +1,78 @@
+"""Control traffic: the barriers that open timed regions, agreement, gathered samples and check results,
+host names, broadcast counts. It never runs on the communicator being measured.
+
+Invariants:
+- It runs on a gloo backend of its own, made straight from the rendezvous store (``ProcessGroupGloo``)
+  rather than through ``new_group``: it inherits nothing of the default group (NCCL's bound device,
+  communicator splits) and changes nothing of torch's group bookkeeping. Without a store (MPI starting
+  its own ranks) it shares the default group, which is host-side there.
+- Tensors are on the CPU, and every wait goes through the Waiter (slices against the deadline).
+- Objects travel pickled, between the ranks of one job: each rank's size first, then the bytes.
+"""
+
+import pickle
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from commbench.backends.waiting import Waiter
+
+
+class ControlGroup:
+    """Control operations over ``group``: a gloo backend, or (None) the default process group, looked
+    up at the first operation (a backend may be made before any group exists, to issue nothing)."""
+
+    def __init__(self, group: Any, waiter: Waiter) -> None:
+        self._given = group
+        self._waiter = waiter
+
+    @property
+    def _group(self) -> Any:
+        return self._given if self._given is not None else dist.group.WORLD
+
+    @property
+    def world_size(self) -> int:
+        return self._group.size()
+
+    def barrier(self) -> None:
+        self._waiter.work(self._group.barrier(dist.BarrierOptions()))
+
+    def all_gather_floats(self, values: list[float]) -> list[list[float]]:
+        """Every rank's list of floats (all of one length), by rank."""
+        local = torch.tensor(values, dtype=torch.float64)
+        return [gathered.tolist() for gathered in self._all_gather(local)]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        payload = _as_bytes(obj)
+        sizes = [int(size) for (size,) in self.all_gather_floats([float(payload.numel())])]
+        padded = torch.zeros(max(sizes), dtype=torch.uint8)
+        padded[:payload.numel()] = payload
+        return [_from_bytes(gathered[:size]) for gathered, size in zip(self._all_gather(padded), sizes,
+                                                                       strict=True)]
+
+    def broadcast_object(self, obj: Any, root: int = 0) -> Any:
+        payload = _as_bytes(obj)
+        size = torch.tensor([payload.numel()], dtype=torch.int64)
+        self._broadcast(size, root)
+        buffer = payload if self._group.rank() == root else torch.empty(int(size.item()), dtype=torch.uint8)
+        self._broadcast(buffer, root)
+        return _from_bytes(buffer)
+
+    def _all_gather(self, local: torch.Tensor) -> list[torch.Tensor]:
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        self._waiter.work(self._group.allgather([gathered], [local]))
+        return gathered
+
+    def _broadcast(self, tensor: torch.Tensor, root: int) -> None:
+        options = dist.BroadcastOptions()
+        options.rootRank = root
+        self._waiter.work(self._group.broadcast([tensor], options))
+
+
+def _as_bytes(obj: Any) -> torch.Tensor:
+    return torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+
+
+def _from_bytes(tensor: torch.Tensor) -> Any:
+    return pickle.loads(tensor.numpy().tobytes())  # a rank of this job sent it, as torch's own would

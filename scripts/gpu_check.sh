@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# The prepared GPU check: what commbench's CUDA path must do right on a real device, in at most 8 minutes
+# on one GPU (each step one process unless it says otherwise).
+#
+#   scripts/gpu_check.sh [OUTDIR]      (default: gpu_check_out; PYTHON=... picks the interpreter)
+#
+# Steps (docs/performance.md#the-gpu-check says what each shows and what one GPU cannot test):
+#   devices-env     local ranks from launcher variables (CPU too); on CUDA, real runs with one visible
+#                   device, Cray MPICH under srun, no local-rank variable, and two ranks on one device
+#   memory-window   the async window capped by torch's temporaries (gloo on CPU); on CUDA, measured
+#                   allocator growth of a window of list all_gathers, the cache emptied between sizes,
+#                   the default budget from cudaMemGetInfo
+#   correctness     every collective x float32/bfloat16/float16 x sum/avg/premul_sum/max, --check, both
+#                   modes and placements; then float8 (refusals allowed, wrong values not)
+#   graphs          CUDA graphs of every capturable collective with --check; the barrier's error row
+#   latency         small all_reduces: device time with the launch hidden, host-observed, and graphed
+#   torchrun        one rank under torchrun
+#   fsdp            the FSDP pattern with --check --overlap
+# Writes every JSON and log to OUTDIR; exits 1 when any step failed. Without CUDA the CUDA steps print
+# "skip" and the script still runs what the CPU can check.
+
+set -u -o pipefail
+
+OUT=${1:-gpu_check_out}
+PY=${PYTHON:-python}
+mkdir -p "$OUT"
+failed=()
+started=$(date +%s)
+
+run_step() {  # run_step NAME SECONDS FUNCTION: its output goes to OUT/NAME.log; killed at SECONDS
+    local name=$1 limit=$2 function=$3
+    echo "== $name"
+    if timeout --kill-after=10 "$limit" bash -c "$function" >"$OUT/$name.log" 2>&1; then
+        echo "ok   $name"
+    else
+        echo "FAIL $name (exit $?; see $OUT/$name.log)"
+        tail -n 5 "$OUT/$name.log" | sed 's/^/     /'
+        failed+=("$name")
+    fi
+}
+
+skip() {
+    echo "skip $1: needs a CUDA device ($2)"
+}
+
+if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    CUDA=1
+    echo "CUDA: $("$PY" -c 'import torch; print(torch.cuda.get_device_name(0), "torch", torch.__version__)')"
+else
+    CUDA=0
+    echo "no CUDA device: running the CPU-checkable steps only"
+fi
+
+commbench() { "$PY" -m commbench --output-dir "$OUT/runs" "$@"; }
+free_port() { "$PY" -c "from commbench.spawn import free_port; print(free_port())"; }
+
+# --- devices-env: local ranks and device choice through real environment variables -----------------
+devices_env() {
+    # Cray MPICH under srun: PMI_* name the rank, SLURM_LOCALID the local rank (no MPI_LOCALRANKID);
+    # with no local-rank variable at all it is derived from the host names, never guessed as 0
+    env -i PATH="$PATH" PYTHONPATH="${PYTHONPATH:-}" PMI_RANK=3 PMI_SIZE=4 SLURM_PROCID=3 SLURM_NTASKS=4 \
+        SLURM_LOCALID=3 SLURM_STEP_ID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$PY" -c "
+import os
+from commbench.launch import detect
+info = detect(os.environ)
+assert (info.rank, info.local_rank) == (3, 3), info
+del os.environ['SLURM_LOCALID']
+assert detect(os.environ).local_rank is None
+print('PMI under srun: local rank 3 from SLURM_LOCALID; without it, none (from host names)')" || return 1
+    [ "$CUDA" = 1 ] || return 0
+    local port
+    # one visible device is cuda:0 whatever the local rank (srun --gpus-per-task=1)
+    port=$(free_port)
+    CUDA_VISIBLE_DEVICES=0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=5 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        commbench --backend nccl --sizes 1K --iters 3 --json "$OUT/devices-one-visible.json" || return 1
+    # Cray MPICH under srun, for real
+    port=$(free_port)
+    PMI_RANK=0 PMI_SIZE=1 SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 SLURM_STEP_ID=0 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        commbench --backend nccl --sizes 1K --iters 3 --json "$OUT/devices-pmi-srun.json" || return 1
+    # no local-rank variable at all: the rank's place on its host
+    port=$(free_port)
+    PMI_RANK=0 PMI_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        commbench --backend nccl --sizes 1K --iters 3 --json "$OUT/devices-derived.json" || return 1
+    # two ranks on one device: exit 2 and one line naming both, before NCCL starts (two processes)
+    port=$(free_port)
+    local pids=() rank status=0
+    for rank in 0 1; do
+        CUDA_VISIBLE_DEVICES=0 RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$port commbench --backend nccl --sizes 1K --iters 3 --timeout 60 \
+            >"$OUT/devices-shared.$rank.log" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[0]}" || status=$?
+    wait "${pids[1]}" || true
+    cat "$OUT"/devices-shared.*.log
+    [ "$status" = 2 ] && grep -q "ranks 0-1 on .* would share CUDA device" "$OUT/devices-shared.0.log"
+}
+
+# --- memory-window: torch's temporaries counted, the window capped, the cache emptied ---------------
+memory_window() {
+    # gloo (CPU): 1 MiB all_gather on 2 ranks holds 1.5 MiB of buffers and 1 MiB per op in flight
+    commbench --backend gloo --device cpu --nproc 2 --collective all_gather --sizes 1M --mode async \
+        --iters 8 --max-memory 4M --json "$OUT/memory-window-cpu.json" || return 1
+    "$PY" - "$OUT/memory-window-cpu.json" <<'EOF' || return 1
+import json, sys
+(row,) = json.load(open(sys.argv[1]))["rows"]
+assert (row["iters"], row["samples"]) == (8, 4), row
+print("gloo: 8 async ops in 4 windows of 2 within --max-memory 4M")
+EOF
+    [ "$CUDA" = 1 ] || return 0
+    "$PY" - <<'EOF'
+import torch
+from commbench.backends.rendezvous import Rendezvous
+from commbench.backends.torch_dist import TorchDistBackend
+from commbench.collectives import REGISTRY, Layout
+from commbench.config import RunConfig
+from commbench.groups import Membership, world_plan
+from commbench.launch import memory_budget
+from commbench.output import NullOutput
+from commbench.planning import PlannedSize, SizeLimits, memory_need
+from commbench.runner import SizePoint, measure_size, sampling_policy
+from commbench.planning import TablePlan
+from commbench.sampling import IterationBudget
+from commbench.spawn import free_port
+
+device = torch.device("cuda", 0)
+backend = TorchDistBackend.create("nccl", device, Rendezvous(0, 1, "127.0.0.1", free_port()), 120.0)
+budget = memory_budget(backend, ["here"])
+assert budget is not None and "cudaMemGetInfo" in budget.describe(), budget
+print("default budget:", budget.describe())
+collective, count, window = REGISTRY["all_gather"], 64 << 20, 4  # 256 MiB per chunk, float32
+size = PlannedSize(count * 4, count * 4, count)
+need = memory_need(collective, size, SizeLimits(1, "float32", device="cuda"))
+buffers = collective.build(Layout(count, 1, 0, 0, torch.float32, device))
+torch.cuda.synchronize()
+torch.cuda.reset_peak_memory_stats()
+before = torch.cuda.memory_allocated()
+from commbench.backends.base import CollectiveArgs
+args = CollectiveArgs(async_op=True, **buffers.call_options())
+for _ in range(window):
+    backend.all_gather(args)
+backend.complete(args)
+grown = torch.cuda.max_memory_allocated() - before
+predicted = need.temporary * window
+print(f"a window of {window} list all_gathers: allocator grew {grown >> 20} MiB beside the buffers, "
+      f"predicted {predicted >> 20} MiB ({need.temporary >> 20} MiB per op in flight)")
+assert grown <= predicted * 1.02 + (8 << 20), "torch allocated more than commbench counts"
+del buffers, args
+config = RunConfig(collectives=["all_reduce"], sizes=[256 << 20], iters=3, warmup=1)
+table = TablePlan(REGISTRY["all_reduce"], "float32", "sum", [PlannedSize(256 << 20, 256 << 20, 64 << 20)])
+point = SizePoint(config, backend, table, table.sizes[0], Membership(world_plan(1), None, 0))
+measure_size(point, {"sync": IterationBudget(sampling_policy(config))}, NullOutput())
+backend.free_cached_memory()
+reserved = torch.cuda.memory_reserved()
+print(f"after a 256 MiB size and the cache emptied: {reserved >> 20} MiB reserved")
+assert reserved < (64 << 20), "the allocator kept the size's buffers cached"
+backend.shutdown()
+EOF
+}
+
+# --- correctness, graphs, latency, torchrun, fsdp (CUDA only) ------------------------------------
+correctness() {
+    commbench --backend nccl --nproc 1 --collective all --dtype float32,bfloat16,float16 \
+        --op sum,avg,premul_sum,max --mode both --placement both --check --sizes 1K,1M --iters 3 \
+        --warmup 1 --json "$OUT/correctness.json" || return 1
+    local status=0
+    commbench --backend nccl --nproc 1 --collective all --dtype float8_e4m3fn,float8_e5m2 \
+        --op sum,avg,premul_sum,max --mode both --check --sizes 1K --iters 3 --warmup 1 \
+        --json "$OUT/correctness-float8.json" || status=$?
+    [ "$status" -le 1 ] || return 1  # 1: some rows refused by this NCCL; 2 or a signal: broken
+    "$PY" - "$OUT/correctness-float8.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert not [row for row in rows if row["wrong"]], "float8 rows with wrong values"
+refused = sorted({row["error"] for row in rows if row["error"]})
+print(f"float8: {len(rows)} rows, {sum(1 for row in rows if not row['error'])} ran, refusals: {refused}")
+EOF
+}
+
+graphs() {
+    local status=0
+    commbench --backend nccl --nproc 1 --collective all --cuda-graph 3 --iters 4 --check \
+        --sizes 1K,64K --json "$OUT/graphs.json" || status=$?
+    [ "$status" = 1 ] || return 1  # the barrier's error row makes the run exit 1
+    "$PY" - "$OUT/graphs.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+errors = {row["collective"]: row["error"] for row in rows if row["error"]}
+assert list(errors) == ["barrier"] and "CUDA graph" in errors["barrier"], errors
+assert not [row for row in rows if row["wrong"]], "graphed rows with wrong values"
+print(f"{len(rows)} graphed rows checked; barrier: {errors['barrier']}")
+EOF
+}
+
+latency() {
+    commbench --backend nccl --nproc 1 --collective all_reduce --sizes 8:64K:x8 --iters 200 --warmup 20 \
+        --json "$OUT/latency.json" || return 1
+    commbench --backend nccl --nproc 1 --collective all_reduce --sizes 8:64K:x8 --iters 20 --cuda-graph 20 \
+        --json "$OUT/latency-graph.json" || return 1
+    "$PY" - "$OUT/latency.json" "$OUT/latency-graph.json" <<'EOF'
+import json, sys
+eager, graphed = ({row["size_bytes"]: row for row in json.load(open(path))["rows"]} for path in sys.argv[1:])
+print(f"{'size':>8} {'device, launch hidden':>22} {'host-observed':>14} {'graph replay':>13}  (p50 us)")
+for size, row in eager.items():
+    device, host, graph = row["time_us_p50"], row["host_time_us_p50"], graphed[size]["time_us_p50"]
+    print(f"{size:>8} {device:>22.2f} {host:>14.2f} {graph:>13.2f}")
+    assert device <= host, "device time with the launch hidden above what the host saw"
+EOF
+}
+
+torchrun_one() {
+    "$PY" -m torch.distributed.run --standalone --nproc_per_node 1 -m commbench --backend nccl \
+        --sizes 1K:1M --iters 5 --output-dir "$OUT/runs" --json "$OUT/torchrun.json"
+}
+
+fsdp() {
+    "$PY" -m commbench pattern fsdp --output-dir "$OUT/runs" --model tiny --check --overlap --nproc 1 \
+        --backend nccl --json "$OUT/fsdp.json"
+}
+
+export OUT PY CUDA
+export -f commbench free_port devices_env memory_window correctness graphs latency torchrun_one fsdp
+run_step devices-env 120 devices_env
+run_step memory-window 120 memory_window
+if [ "$CUDA" = 1 ]; then
+    run_step correctness 200 correctness
+    run_step graphs 60 graphs
+    run_step latency 60 latency
+    run_step torchrun 45 torchrun_one
+    run_step fsdp 60 fsdp
+else
+    skip correctness "every collective x dtype x op with --check on NCCL"
+    skip graphs "CUDA graphs of the capturable collectives, the barrier's error row"
+    skip latency "device time with the launch hidden against host-observed and graphed"
+    skip torchrun "one NCCL rank under torchrun"
+    skip fsdp "the FSDP pattern on NCCL with --check --overlap"
+    skip "devices-env (CUDA part)" "one visible device, PMI under srun, derived local rank, shared device"
+    skip "memory-window (CUDA part)" "allocator growth of an async window, empty_cache, cudaMemGetInfo"
+fi
+
+echo "took $(( $(date +%s) - started )) s; outputs in $OUT"
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "all steps passed"
