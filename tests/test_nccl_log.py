@@ -6,9 +6,16 @@ from pathlib import Path
 import pytest
 
 from commbench.provenance.nccl_debug import NcclLogReader
-from commbench.provenance.nccl_log import NcclLog, parse_tuning, read_log, transport_name
+from commbench.provenance.nccl_log import NcclLog, parse_tuning, transport_name
 
 DATA = Path(__file__).parent / "data" / "nccl"
+
+
+def read_log(path: Path) -> NcclLog:
+    """A fixture's whole log, as rank 0's reader would have fed it line by line."""
+    log = NcclLog()
+    log.feed_text(path.read_text(errors="replace"))
+    return log
 
 
 def _lines(name: str) -> list[str]:

@@ -21,7 +21,6 @@ The formats, as NCCL's src/enqueue.cc and src/init.cc write them (fixtures: test
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 # NCCL's enums, by index (src/include/nccl_common.h, nccl.h); newer logs spell the names out.
 ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
@@ -314,12 +313,3 @@ def _transport(algorithm: str, transports: list[str]) -> str:
         return "NVLS"  # NVLink SHARP: the switch reduces; the connections are not the data path
     prefix = ["NVLS"] if algorithm == "NVLS_TREE" else ["CollNet"] if algorithm.startswith("COLLNET") else []
     return "+".join(prefix + transports)
-
-
-def read_log(path: Path) -> NcclLog:
-    log = NcclLog()
-    try:
-        log.feed_text(path.read_text(errors="replace"))
-    except OSError:
-        log.counts["unreadable"] += 1
-    return log
