@@ -226,11 +226,10 @@ def _launch(ctx: click.Context, config_file: str | None, options: dict[str, Any]
     typed = {name for name in options
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
     configs = command_line_configs(ctx.command, config_file, options, typed, list(ctx.obj["argv"]))
-    # torch comes in with the launch: a usage error above answers without it
-    from commbench.launch import launch
-    from commbench.runner import run_benchmarks
+    # torch comes in on the ranks: a usage error above, and a launcher that spawns, answer without it
+    from commbench.launch import deferred, launch
 
-    return launch(configs, work=run_benchmarks)
+    return launch(configs, work=deferred("commbench.runner", "run_benchmarks"))
 
 
 def command_line_configs(command: click.Command, config_file: str | None, options: dict[str, Any],

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from commbench.collectives import MODES, PLACEMENTS, resolve_collectives
+from commbench.devices import torch_is_cpu_only_build
 from commbench.dtypes import canonical_dtype, element_size
 from commbench.errors import UsageError, did_you_mean
 from commbench.groups import check_group_options, split_world
@@ -303,6 +304,8 @@ def resolve_backend_and_device(backend: str | None, device: str | None) -> tuple
                          f"choose from {', '.join(BACKENDS)}")
     if device is not None and device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; choose cpu or cuda")
+    if backend in (None, "gloo") and device in (None, "cpu") and torch_is_cpu_only_build():
+        return "gloo", "cpu"  # what torch would answer, known without importing it (seconds)
     import torch
     import torch.distributed as dist
 

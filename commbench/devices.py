@@ -11,9 +11,12 @@ Invariants:
 - Only launch.py calls these with the real environment; nothing here reads it.
 """
 
+import ast
+import importlib.util
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from commbench.errors import UsageError
 from commbench.groups import format_ranks
@@ -166,3 +169,24 @@ def approximate_bytes(num_bytes: int) -> str:
         if num_bytes >= scale:
             return f"{num_bytes / scale:.3g} {unit}"
     return f"{num_bytes} B"
+
+
+def torch_is_cpu_only_build() -> bool:
+    """Whether the installed torch was built without CUDA and ROCm, read from its ``version.py``
+    (``cuda`` and ``hip`` both None) without importing torch, which takes seconds. False whenever that
+    cannot be told for certain (no such file, a form it does not expect): the caller then asks torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    found: dict[str, object] = {}
+    for location in spec.submodule_search_locations:
+        try:
+            tree = ast.parse(Path(location, "version.py").read_text())
+        except (OSError, SyntaxError, ValueError):
+            return False
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+                node.target if isinstance(node, ast.AnnAssign) else None
+            if isinstance(target, ast.Name) and target.id in ("cuda", "hip") and node.value is not None:
+                found[target.id] = node.value.value if isinstance(node.value, ast.Constant) else node.value
+    return found.get("cuda", "absent") is None and found.get("hip", "absent") is None

@@ -18,7 +18,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from commbench.backends.coordination import announce_death
 from commbench.groups import format_ranks
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
@@ -100,6 +99,8 @@ class _Supervisor:
             if code < 0 and not self.stopping and not self.received and rank not in self.announced:
                 self.announced.add(rank)
                 if rank != 0:
+                    from commbench.backends.coordination import announce_death  # torch: only now
+
                     announce_death("127.0.0.1", self.port, "0", rank, signal.Signals(-code).name)
         if self.first_failure is None and failed and not self.received:
             # Of ranks found failed at once, one killed by a signal is the cause, the others its effect.

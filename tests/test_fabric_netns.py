@@ -61,10 +61,10 @@ def test_each_test_host_has_its_own_name_address_and_interface_and_all_goes_at_t
 def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_path):
     cluster = netns_cluster(HOSTS)
     try:
-        cluster.slow(1, "200mbit")
+        cluster.slow(1, "100mbit")
     except NetnsUnavailable as exc:  # a kernel without the tbf qdisc
         pytest.skip(str(exc))
-    results, payload = _run(cluster, tmp_path)
+    results, payload = _run(cluster, tmp_path, "--slow-factor", "4")
     assert [code for code, _, _ in results] == [1] * HOSTS * RANKS_PER_HOST, results[0][2]
     assert "commbench: fabric: 1 suspect (--fail-on-outlier): h1" in results[0][2]
     fabric = payload["fabric"]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from commbench.errors import Terminated
-from commbench.launch import StopRequests
+from commbench.rank import StopRequests
 from commbench.spawn import free_port
 from tests.dist_helpers import commbench
 from tests.process_helpers import (

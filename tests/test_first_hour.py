@@ -12,7 +12,7 @@ import time
 import pytest
 
 import commbench
-from commbench.launch import StopRequests
+from commbench.rank import StopRequests
 from commbench.spawn import _Supervisor
 from tests.dist_helpers import ROOT, launcherless_env
 from tests.dist_helpers import commbench as run_cli

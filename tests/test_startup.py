@@ -1,6 +1,8 @@
 """The commands that need no backend answer without importing torch (it costs seconds): help, the file
-commands' help, and the usage errors found before any rank starts."""
+commands' help, and the usage errors found before any rank starts. A launcher that spawns local ranks
+does not import it either: only the ranks, which do the work, pay for it."""
 
+import json
 import re
 import subprocess
 import sys
@@ -13,7 +15,8 @@ pytestmark = pytest.mark.processes
 
 
 def _imported_modules(*args: str) -> tuple[int, set[str]]:
-    """The exit status of `python -X importtime -m commbench ARGS` and the modules it imported."""
+    """The exit status of `python -X importtime -m commbench ARGS` and the modules it imported (ranks it
+    spawns run without -X importtime: what is listed is the launcher's alone)."""
     command = [sys.executable, "-X", "importtime", "-m", "commbench", *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=launcherless_env(),
                             cwd=ROOT, stdin=subprocess.DEVNULL)
@@ -34,4 +37,34 @@ def test_commands_without_a_backend_do_not_import_torch(args, status):
     returncode, modules = _imported_modules(*args)
     assert returncode == status
     assert "commbench.cli" in modules  # the measurement saw commbench start
-    assert not {name for name in modules if name == "torch" or name.startswith("torch.")}
+    assert _no_torch(modules)
+
+
+def _no_torch(modules: set[str]) -> bool:
+    return not {name for name in modules if name == "torch" or name.startswith("torch.")}
+
+
+@pytest.mark.parametrize("args", [
+    ["--collective", "all_reduce", "--sizes", "1K", "--iters", "1", "--warmup", "0"],
+    ["pattern", "fsdp", "--layers", "1", "--iters", "1"],
+    ["pattern", "tp", "--layers", "1", "--iters", "1"],
+    ["fabric", "--size", "1K", "--iters", "1", "--warmup", "0"],
+], ids=lambda value: " ".join(value[:2]))
+def test_a_launcher_that_spawns_ranks_does_not_import_torch(args, tmp_path):
+    json_path = tmp_path / "run.json"
+    returncode, modules = _imported_modules(*args, "--nproc", "2", "--quiet", "--json", str(json_path),
+                                            "--csv", str(tmp_path / "run.csv"))
+    assert returncode == 0 and "commbench.spawn" in modules
+    assert _no_torch(modules)
+    assert json.loads(json_path.read_text())["rows"]  # the ranks did the work
+
+
+def test_a_replay_launcher_does_not_import_torch(tmp_path, recordings):
+    ddp = recordings.recording("ddp").directory
+    json_path = tmp_path / "replay.json"
+    files = ["--json", str(json_path), "--csv", str(tmp_path / "r.csv")]
+    returncode, modules = _imported_modules("replay", str(ddp), "--select", "last:1", "--iters", "1",
+                                            "--quiet", *files)
+    assert returncode == 0 and "commbench.spawn" in modules
+    assert _no_torch(modules)
+    assert json.loads(json_path.read_text())["rows"]

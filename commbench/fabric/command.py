@@ -6,12 +6,15 @@ and this module needs nothing of the CLI module. Every option has a full long na
 option starts with. Importing this module does not import torch.
 """
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
 
 from commbench.config import LAUNCH_FIELDS, LaunchConfig
+from commbench.errors import UsageError
+from commbench.fabric.config import FabricConfig, Outcome, available_host_bytes, memory_problem
 from commbench.sizes import parse_size
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -41,8 +44,7 @@ def fabric_command(launch_options: Decorator, soak_options: Decorator) -> click.
     def fabric(ctx: click.Context, size: str, latency_size: str, duration_s: str | None,
                **options: Any) -> int:
         """Every pair of ranks both ways (bandwidth and latency), host by host: the slow GPU, link or node."""
-        from commbench.fabric.config import FabricConfig, resolve_fabric
-        from commbench.fabric.run import launch_fabric
+        from commbench.fabric.config import resolve_fabric
         from commbench.soak import parse_duration
 
         launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
@@ -53,3 +55,22 @@ def fabric_command(launch_options: Decorator, soak_options: Decorator) -> click.
         return launch_fabric(resolve_fabric(config))
 
     return fabric
+
+
+def launch_fabric(config: FabricConfig, environ: Mapping[str, str] | None = None) -> int:
+    """The launch glue, the one place fabric meets commbench.launch: refuse buffers that cannot fit
+    before spawning local ranks (launch checks the world), run run_fabric on the ranks (spawned, or
+    this one of a launched job), and exit 1 when --fail-on-outlier is set and the ranks named suspects."""
+    from commbench import launch
+    from commbench.launch import deferred
+
+    environ = os.environ if environ is None else environ
+    setup = config.launch
+    if launch.detect(environ, setup.backend) is None and setup.device == "cpu":
+        problem = memory_problem(config, setup.nproc, available_host_bytes())  # they share this host
+        if problem is not None:
+            raise UsageError(problem)
+    outcome = Outcome()
+    work = deferred("commbench.fabric.run", "run_fabric", outcome=outcome)
+    status = launch.launch([config], work, environ)
+    return 1 if status == 0 and config.fail_on_outlier and outcome.suspects else status

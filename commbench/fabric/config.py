@@ -91,3 +91,10 @@ def approximate_size(num_bytes: int) -> str:
         if num_bytes >= scale:
             return f"{num_bytes / scale:.1f} {unit}"
     return f"{num_bytes} B"
+
+
+@dataclass
+class Outcome:
+    """What this rank concluded: the suspects' names (the launch glue turns them into an exit status)."""
+
+    suspects: list[str] = field(default_factory=list)

@@ -9,14 +9,11 @@ matrices and the verdict (fabric.tables; an interrupted run shows those of the r
 
 import os
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import partial
 
 from commbench.backends.base import Backend
-from commbench.errors import UsageError
 from commbench.fabric.analysis import FabricAnalysis, analyse
-from commbench.fabric.config import KIND, FabricConfig, available_host_bytes, memory_problem
+from commbench.fabric.config import KIND, FabricConfig, Outcome
 from commbench.fabric.measure import (
     FabricContext,
     allocate_buffers,
@@ -30,13 +27,6 @@ from commbench.results import Row
 from commbench.runner import Session
 from commbench.sizes import format_size
 from commbench.soak import repeat_until
-
-
-@dataclass
-class Outcome:
-    """What this rank concluded: the suspects' names (the launch glue turns them into an exit status)."""
-
-    suspects: list[str] = field(default_factory=list)
 
 
 def _summary(ctx: FabricContext) -> str:
@@ -117,20 +107,3 @@ def _fail_on_outlier_line(config: FabricConfig, analysis: FabricAnalysis) -> Non
         count = len(analysis.suspects)
         print(f"commbench: fabric: {count} suspect{'s' if count > 1 else ''} (--fail-on-outlier): {names}",
               file=sys.stderr)
-
-
-def launch_fabric(config: FabricConfig, environ: Mapping[str, str] | None = None) -> int:
-    """The launch glue, the one place fabric meets commbench.launch: refuse buffers that cannot fit
-    before spawning local ranks (launch checks the world), run run_fabric on the ranks (spawned, or
-    this one of a launched job), and exit 1 when --fail-on-outlier is set and the ranks named suspects."""
-    from commbench import launch
-
-    environ = os.environ if environ is None else environ
-    setup = config.launch
-    if launch.detect(environ, setup.backend) is None and setup.device == "cpu":
-        problem = memory_problem(config, setup.nproc, available_host_bytes())  # they share this host
-        if problem is not None:
-            raise UsageError(problem)
-    outcome = Outcome()
-    status = launch.launch([config], partial(run_fabric, outcome=outcome), environ)
-    return 1 if status == 0 and config.fail_on_outlier and outcome.suspects else status

@@ -103,12 +103,12 @@ _COMPUTE = click.option("--compute-size", type=int, default=0, show_default=True
 def fsdp(ctx: click.Context, buckets: str, fsdp_version: str, **options: Any) -> int:
     """One FSDP2 or FSDP1 training step, as torch issues it: all-gathers, padded reduce-scatters,
     bucketing, and (--overlap) their overlap with compute."""
-    from commbench.launch import launch
-    from commbench.patterns.fsdp import FsdpConfig, resolve_fsdp, run_fsdp
+    from commbench.launch import deferred, launch
+    from commbench.patterns.fsdp_config import FsdpConfig, resolve_fsdp
 
     config = FsdpConfig(launch=_launch_config(ctx, options), buckets=parse_list(buckets) or [buckets],
                         fsdp_version=int(fsdp_version), **options)
-    return launch([resolve_fsdp(config)], work=run_fsdp)
+    return launch([resolve_fsdp(config)], work=deferred("commbench.patterns.fsdp", "run_fsdp"))
 
 
 def tp(ctx: click.Context, **options: Any) -> int:
@@ -172,9 +172,9 @@ def pattern_group(launch_options: Decorator) -> click.Group:
 
 
 def _run_parallel(ctx: click.Context, pattern: str, options: dict[str, Any]) -> int:
-    from commbench.launch import launch
+    from commbench.launch import deferred, launch
     from commbench.patterns.parallel import ParallelConfig, resolve_parallel
-    from commbench.patterns.parallel_run import run_parallel
 
     config = ParallelConfig(launch=_launch_config(ctx, options), pattern=pattern, **options)
-    return launch([resolve_parallel(config)], work=run_parallel)
+    work = deferred("commbench.patterns.parallel_run", "run_parallel")
+    return launch([resolve_parallel(config)], work=work)

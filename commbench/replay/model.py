@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 # The operations commbench replays, by the name every loader normalises to.
+PATTERN = "replay"  # the pattern column of replay rows
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                   "gather", "scatter", "barrier")
 P2P_OPS = ("send", "recv")

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from commbench.collectives import REGISTRY
 from commbench.replay.execute import RankTimes
 from commbench.replay.mapping import ReplayOp, ReplayPlan
+from commbench.replay.model import PATTERN
 from commbench.results import Row
 from commbench.rows import make_row
 from commbench.sampling import Sampled
 
-PATTERN = "replay"
 PASS = "pass"
 
 
