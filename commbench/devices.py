@@ -8,7 +8,7 @@ Invariants:
 - One visible CUDA device means ``cuda:0`` whatever the local rank (a launcher that gives each rank its
   own ``CUDA_VISIBLE_DEVICES``); with several, the local rank indexes them. Two ranks of one host on the
   same physical device is a usage error, found before any communicator exists.
-- Only launch.py calls these with the real environment; nothing here reads it.
+- Only launch.py and rank.py call these with the real environment; nothing here reads it.
 """
 
 import ast

@@ -2,9 +2,9 @@
 rank.py (start-up, the work, how the run ends); nobody launched us: spawn.py starts local ranks that
 re-run the same command line.
 
-This is the one module that reads environment variables (spawn.py sets them for the ranks it starts),
-and it imports no torch: a spawning launcher only checks the command line and starts the ranks, which
-import torch themselves (seconds each).
+With rank.py, this is where environment variables are read (spawn.py sets them for the ranks it
+starts). It imports no torch: a spawning launcher only checks the command line and starts the ranks,
+which import torch themselves (seconds each).
 """
 
 import importlib
@@ -189,5 +189,3 @@ def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -
     finally:
         backend.shutdown()
     return 0
-
-
