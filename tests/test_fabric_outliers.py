@@ -42,7 +42,7 @@ def _slow_down(values, metric: str, touching, factor: float) -> None:
 
 def _names(values, hostnames, nodes=(), factor=2.0) -> list[str]:
     suspects, _ = find_suspects(values, hostnames, list(nodes), factor)
-    return [f"{suspect.kind} {suspect.name}" for suspect in suspects]
+    return [suspect.label for suspect in suspects]
 
 
 @pytest.mark.parametrize("noise, seed", [(1.05, 1), (1.3, 2), (1.6, 3), (1.9, 4)])
@@ -77,7 +77,7 @@ def test_a_slow_gpu_names_its_rank_not_its_host(host_count):
     values = _fabric(hostnames, 1.2)
     _slow_down(values, "bandwidth", lambda a, b: 5 in (a, b), 0.2)
     names = _names(values, hostnames)
-    assert names == ["rank rank 5 (h1)"]
+    assert names == ["rank 5 (h1)"]
 
 
 def test_a_slow_link_names_the_link_alone():

@@ -65,7 +65,7 @@ class FabricAnalysis:
         noun = "suspects" if count > 1 else "suspect"
         lines = [f"verdict: {count} {noun}, most likely first ({self._medians_text()})"]
         for index, suspect in enumerate(self.suspects, start=1):
-            lines.append(f"  {index}. {suspect.kind} {suspect.name}")
+            lines.append(f"  {index}. {suspect.label}")
             lines.extend(f"     {sentence}" for sentence in suspect.evidence)
         if self.drain:
             lines.append(f"drain: {' '.join(self.drain)}")

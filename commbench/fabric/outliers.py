@@ -138,6 +138,11 @@ class Suspect:
     evidence: list[str] = field(default_factory=list)
     single: bool = False  # all its evidence is one measurement (a link, or a host's one all_reduce)
 
+    @property
+    def label(self) -> str:
+        """'host h1', 'rank 5 (h1)', 'link 0-5 (h0-h2)': the kind, then the name, which for a rank says it."""
+        return self.name if self.kind == "rank" else f"{self.kind} {self.name}"
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "hosts": self.hosts, "ranks": self.ranks,
                 "score": round(self.score, 4), "evidence": self.evidence, "single_measurement": self.single}
