@@ -1,13 +1,15 @@
 """fabric on test hosts in network namespaces (tests/netns.py): a host whose link is slowed with tc tbf
-is named, and no other; with no link slowed, pass after pass names nobody.
+is named, and no other; with no link slowed, a run of three passes names nobody and no pass names a host.
 
 Three hosts of two ranks each, started through the environment launcher with gloo on each host's own
 interface: every inter-node transfer crosses a veth pair and the bridge, intra-node ones stay inside
-the host. tbf at 200 Mbit/s makes the slowed host's transfers roughly ten times slower than the others
-on an idle 2-core machine (these veths carry a few Gbit/s); the messages are small enough that a slowed
-round lasts well under a second. The pairs are measured one at a time (--serial): six ranks on two
-cores measuring three pairs at once would time the CPU scheduler (a ping-pong waits for its partner to
-be given a core), not the links.
+the host. tbf at 100 Mbit/s makes the slowed host's transfers tens of times slower than the others (these
+veths carry a few Gbit/s); the messages are small enough that a slowed round lasts well under a second.
+Both tests judge at --slow-factor 4 (SLOW_FACTOR): on two loaded cores one pair's median over a pass can
+be 2-3x off with nothing slowed (the default, 2, is for real fabrics), while the slowed link is far past
+4x; so the pair of tests shows the verdict separates a slowed host from noise at one threshold. The
+pairs are measured one at a time (--serial): six ranks on two cores measuring three pairs at once would
+time the CPU scheduler (a ping-pong waits for its partner to be given a core), not the links.
 """
 
 import json
@@ -25,7 +27,9 @@ from tests.process_helpers import csv_rows
 pytestmark = pytest.mark.processes
 
 HOSTS, RANKS_PER_HOST = 3, 2
-ARGS = ["fabric", "--serial", "--size", "512K", "--iters", "6", "--timeout", "60", "--fail-on-outlier"]
+SLOW_FACTOR = 4.0
+BASE_ARGS = ["fabric", "--serial", "--size", "512K", "--iters", "6", "--timeout", "60", "--fail-on-outlier"]
+ARGS = [*BASE_ARGS, "--slow-factor", f"{SLOW_FACTOR:g}"]
 
 
 def _run(cluster, tmp_path, *extra: str) -> tuple[list[tuple[int, str, str]], dict]:
@@ -34,6 +38,12 @@ def _run(cluster, tmp_path, *extra: str) -> tuple[list[tuple[int, str, str]], di
                                                   "--csv", str(tmp_path / "fabric.csv")])
     results = wait_all(procs, timeout=150)
     return results, json.loads(json_path.read_text())
+
+
+def _stderrs(results: list[tuple[int, str, str]]) -> str:
+    """Every rank's exit status and the end of its stderr, for an assertion's message."""
+    return "\n".join(f"rank {rank} exit {code}:\n{err[-3000:]}"
+                     for rank, (code, _, err) in enumerate(results))
 
 
 def _namespaces() -> set[str]:
@@ -64,8 +74,8 @@ def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_
         cluster.slow(1, "100mbit")
     except NetnsUnavailable as exc:  # a kernel without the tbf qdisc
         pytest.skip(str(exc))
-    results, payload = _run(cluster, tmp_path, "--slow-factor", "4")
-    assert [code for code, _, _ in results] == [1] * HOSTS * RANKS_PER_HOST, results[0][2]
+    results, payload = _run(cluster, tmp_path)
+    assert [code for code, _, _ in results] == [1] * HOSTS * RANKS_PER_HOST, _stderrs(results)
     assert "commbench: fabric: 1 suspect (--fail-on-outlier): h1" in results[0][2]
     fabric = payload["fabric"]
     assert [(suspect["kind"], suspect["name"]) for suspect in fabric["suspects"]] == [("host", "h1")]
@@ -82,14 +92,20 @@ def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_
 def test_with_no_link_slowed_pass_after_pass_names_nobody(netns_cluster, tmp_path):
     cluster = netns_cluster(HOSTS)
     results, payload = _run(cluster, tmp_path, "--repeat", "3")
-    assert [code for code, _, _ in results] == [0] * HOSTS * RANKS_PER_HOST, results[0][2]
+    assert [code for code, _, _ in results] == [0] * HOSTS * RANKS_PER_HOST, _stderrs(results)
     assert payload["fabric"]["suspects"] == [] and "verdict: nothing suspicious" in results[0][1]
     run = load_run(tmp_path / "fabric.json")
     passes = sorted({row.repeat for row in run.rows})
     assert passes == [0, 1, 2]
-    for repeat in passes:  # each pass on its own is a run of the whole fabric
-        alone = analyse([row for row in run.rows if row.repeat == repeat], run.meta["hostnames"], 2.0)
-        assert alone.suspects == [], (repeat, alone.verdict_lines())
+    # Each pass on its own is a run of the whole fabric. A pass can still name one link: both of a pair's
+    # measurements in it (the first and the recheck) disturbed by a stall of the loaded cores. So each
+    # pass names no host and no rank, and no link is named by two passes; a slowed link is slow in all.
+    links: list[str] = []
+    for repeat in passes:
+        alone = analyse([row for row in run.rows if row.repeat == repeat], run.meta["hostnames"], SLOW_FACTOR)
+        assert all(suspect.kind == "link" for suspect in alone.suspects), (repeat, alone.verdict_lines())
+        links += [suspect.name for suspect in alone.suspects]
+    assert len(links) == len(set(links)), links
 
 
 def _when_pass_starts(csv_path, repeat: int, stop: threading.Event) -> bool:
@@ -117,13 +133,13 @@ def test_a_link_slowed_for_part_of_a_soak_shows_as_spikes_on_that_hosts_pairs(ne
     try:
         # A spike is 8x off the pair's own median: the slowed link is tens of times slower, while one
         # measurement on two loaded cores can be a few times off (the default factor, 2, would see those)
-        procs = start_ranks(cluster, 1, [*ARGS, "--repeat", "6", "--slow-factor", "8",
+        procs = start_ranks(cluster, 1, [*BASE_ARGS, "--repeat", "6", "--slow-factor", "8",
                                          "--json", str(tmp_path / "fabric.json"), "--csv", str(csv_path)])
         results = wait_all(procs, timeout=150)
     finally:
         stop.set()
         flapper.join()
-    assert [code for code, _, _ in results] == [0, 0, 0], results[0][2]  # the passes' medians are fine
+    assert [code for code, _, _ in results] == [0, 0, 0], _stderrs(results)  # the passes' medians are fine
     spikes = [spike for spike in json.loads((tmp_path / "fabric.json").read_text())["fabric"]["spikes"]
               if spike["metric"] == "bandwidth"]
     assert spikes and all(1 in (spike["src"], spike["dst"]) for spike in spikes)
