@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed
 from commbench.config import Benchmark, LaunchConfig
-from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
 from commbench.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.launch import RankInfo
 from commbench.output import NullOutput, Output
@@ -132,19 +132,21 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     backend = start_backend(setup, info, environ)
     recording: Recording | None = None
     try:
-        hostnames = backend.all_gather_object(host_name(environ))
-        plan = split_into_groups(setup, hostnames)
-        membership = join_groups(backend, plan)
-        hardware = provenance.gather_hardware(backend, hostnames)
-        if info.rank == 0:
-            meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
-            meta.hardware = hardware
-            recording = Recording(meta, setup)
-            recording.note(hardware_summary(hardware))
-        members = [list(ranks) for ranks in plan.members]
-        context = provenance.start_rows(backend, hostnames, members, recording)
-        session = Session(membership, stops.requested, skipped_size(info, environ), context,
-                          memory_budget(backend, hostnames), hostnames=tuple(hostnames))
+        # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
+        with failures_named(lambda: f"the run's start (host names, groups) failed on rank {info.rank}"):
+            hostnames = backend.all_gather_object(host_name(environ))
+            plan = split_into_groups(setup, hostnames)
+            membership = join_groups(backend, plan)
+            hardware = provenance.gather_hardware(backend, hostnames)
+            if info.rank == 0:
+                meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
+                meta.hardware = hardware
+                recording = Recording(meta, setup)
+                recording.note(hardware_summary(hardware))
+            members = [list(ranks) for ranks in plan.members]
+            context = provenance.start_rows(backend, hostnames, members, recording)
+            session = Session(membership, stops.requested, skipped_size(info, environ), context,
+                              memory_budget(backend, hostnames), hostnames=tuple(hostnames))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True

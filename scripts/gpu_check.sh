@@ -10,8 +10,9 @@
 #   memory-window   the async window capped by torch's temporaries (gloo on CPU); on CUDA, measured
 #                   allocator growth of a window of list all_gathers, the cache emptied between sizes,
 #                   the default budget from cudaMemGetInfo
-#   correctness     every collective x float32/bfloat16/float16 x sum/avg/premul_sum/max, --check, both
-#                   modes and placements; then float8 (refusals allowed, wrong values not)
+#   correctness     every collective x float32/bfloat16/float16 x sum/avg/max, --check, both modes and
+#                   placements; then float8 (refusals allowed, wrong values not)
+#   premul          premul_sum with --check: wrong exactly where plain torch is (scripts/premul_probe.py)
 #   graphs          CUDA graphs of every capturable collective with --check; the barrier's error row
 #   latency         small all_reduces: device time with the launch hidden, host-observed, and graphed
 #   torchrun        one rank under torchrun
@@ -23,6 +24,7 @@ set -u -o pipefail
 
 OUT=${1:-gpu_check_out}
 PY=${PYTHON:-python}
+HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 failed=()
 started=$(date +%s)
@@ -108,61 +110,15 @@ import json, sys
 assert (row["iters"], row["samples"]) == (8, 4), row
 print("gloo: 8 async ops in 4 windows of 2 within --max-memory 4M")
 EOF
-    [ "$CUDA" = 1 ] || return 0
-    "$PY" - <<'EOF'
-import torch
-from commbench.backends.rendezvous import Rendezvous
-from commbench.backends.torch_dist import TorchDistBackend
-from commbench.collectives import REGISTRY, Layout
-from commbench.config import RunConfig
-from commbench.groups import Membership, world_plan
-from commbench.launch import memory_budget
-from commbench.output import NullOutput
-from commbench.planning import PlannedSize, SizeLimits, memory_need
-from commbench.runner import SizePoint, measure_size, sampling_policy
-from commbench.planning import TablePlan
-from commbench.sampling import IterationBudget
-from commbench.spawn import free_port
-
-device = torch.device("cuda", 0)
-backend = TorchDistBackend.create("nccl", device, Rendezvous(0, 1, "127.0.0.1", free_port()), 120.0)
-budget = memory_budget(backend, ["here"])
-assert budget is not None and "cudaMemGetInfo" in budget.describe(), budget
-print("default budget:", budget.describe())
-collective, count, window = REGISTRY["all_gather"], 64 << 20, 4  # 256 MiB per chunk, float32
-size = PlannedSize(count * 4, count * 4, count)
-need = memory_need(collective, size, SizeLimits(1, "float32", device="cuda"))
-buffers = collective.build(Layout(count, 1, 0, 0, torch.float32, device))
-torch.cuda.synchronize()
-torch.cuda.reset_peak_memory_stats()
-before = torch.cuda.memory_allocated()
-from commbench.backends.base import CollectiveArgs
-args = CollectiveArgs(async_op=True, **buffers.call_options())
-for _ in range(window):
-    backend.all_gather(args)
-backend.complete(args)
-grown = torch.cuda.max_memory_allocated() - before
-predicted = need.temporary * window
-print(f"a window of {window} list all_gathers: allocator grew {grown >> 20} MiB beside the buffers, "
-      f"predicted {predicted >> 20} MiB ({need.temporary >> 20} MiB per op in flight)")
-assert grown <= predicted * 1.02 + (8 << 20), "torch allocated more than commbench counts"
-del buffers, args
-config = RunConfig(collectives=["all_reduce"], sizes=[256 << 20], iters=3, warmup=1)
-table = TablePlan(REGISTRY["all_reduce"], "float32", "sum", [PlannedSize(256 << 20, 256 << 20, 64 << 20)])
-point = SizePoint(config, backend, table, table.sizes[0], Membership(world_plan(1), None, 0))
-measure_size(point, {"sync": IterationBudget(sampling_policy(config))}, NullOutput())
-backend.free_cached_memory()
-reserved = torch.cuda.memory_reserved()
-print(f"after a 256 MiB size and the cache emptied: {reserved >> 20} MiB reserved")
-assert reserved < (64 << 20), "the allocator kept the size's buffers cached"
-backend.shutdown()
-EOF
+    # the same objects' calls on one rank: on CPU (gloo) that they still fit together; on CUDA the
+    # allocator's growth, the emptied cache and the budget's source (scripts/gpu_memory_check.py)
+    "$PY" "$HERE/gpu_memory_check.py" --device "$([ "$CUDA" = 1 ] && echo cuda || echo cpu)"
 }
 
 # --- correctness, graphs, latency, torchrun, fsdp (CUDA only) ------------------------------------
 correctness() {
     commbench --backend nccl --nproc 1 --collective all --dtype float32,bfloat16,float16 \
-        --op sum,avg,premul_sum,max --mode both --placement both --check --sizes 1K,1M --iters 3 \
+        --op sum,avg,max --mode both --placement both --check --sizes 1K,1M --iters 3 \
         --warmup 1 --json "$OUT/correctness.json" || return 1
     local status=0
     commbench --backend nccl --nproc 1 --collective all --dtype float8_e4m3fn,float8_e5m2 \
@@ -175,6 +131,41 @@ rows = json.load(open(sys.argv[1]))["rows"]
 assert not [row for row in rows if row["wrong"]], "float8 rows with wrong values"
 refused = sorted({row["error"] for row in rows if row["error"]})
 print(f"float8: {len(rows)} rows, {sum(1 for row in rows if not row['error'])} ran, refusals: {refused}")
+EOF
+}
+
+premul() {
+    # premul_sum is right or wrong in torch and NCCL themselves (torch 2.11 hands NCCL a 4-byte float
+    # factor for bfloat16, pytorch/pytorch#190745): commbench's --check must find wrong exactly the
+    # collectives and dtypes that plain torch gets wrong (scripts/premul_probe.py), and no others
+    "$PY" "$HERE/premul_probe.py" --nproc 1 --json "$OUT/premul-probe.json" || return 1
+    local status=0
+    commbench --backend nccl --nproc 1 \
+        --collective all_reduce,reduce,reduce_scatter,reduce_scatter_base,reduce_scatter_v \
+        --dtype float32,bfloat16,float16 --op premul_sum --mode both --placement both --check \
+        --sizes 1K,1M --iters 3 --warmup 1 --json "$OUT/premul.json" || status=$?
+    [ "$status" -le 1 ] || return 1
+    "$PY" - "$OUT/premul.json" "$OUT/premul-probe.json" "$status" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+probe = json.load(open(sys.argv[2]))
+plain = {"all_reduce": "all_reduce", "reduce": "reduce", "reduce_scatter": "reduce_scatter",
+         "reduce_scatter_v": "reduce_scatter", "reduce_scatter_base": "reduce_scatter_tensor"}
+disagree, stack = [], set()
+for row in rows:
+    key = f"{plain[row['collective']]} {row['dtype']}"
+    torch_wrong, ours_wrong = probe[key]["wrong"] > 0, bool(row["wrong"])
+    assert not row["error"], row["error"]
+    if torch_wrong != ours_wrong:
+        disagree.append(f"{row['collective']} {row['dtype']} {row['placement']} {row['mode']}: "
+                        f"commbench {'wrong' if ours_wrong else 'right'}, "
+                        f"plain torch {'wrong' if torch_wrong else 'right'}")
+    elif torch_wrong:
+        stack.add(key)
+assert not disagree, "\n".join(disagree)
+assert (int(sys.argv[3]) == 1) == bool(stack), "exit status and wrong rows disagree"
+print(f"premul_sum: {len(rows)} rows agree with plain torch; wrong in torch/NCCL itself: "
+      f"{', '.join(sorted(stack)) or 'none'}")
 EOF
 }
 
@@ -219,18 +210,20 @@ fsdp() {
         --backend nccl --json "$OUT/fsdp.json"
 }
 
-export OUT PY CUDA
-export -f commbench free_port devices_env memory_window correctness graphs latency torchrun_one fsdp
+export OUT PY CUDA HERE
+export -f commbench free_port devices_env memory_window correctness premul graphs latency torchrun_one fsdp
 run_step devices-env 120 devices_env
 run_step memory-window 120 memory_window
 if [ "$CUDA" = 1 ]; then
     run_step correctness 200 correctness
+    run_step premul 120 premul
     run_step graphs 60 graphs
     run_step latency 60 latency
     run_step torchrun 45 torchrun_one
     run_step fsdp 60 fsdp
 else
     skip correctness "every collective x dtype x op with --check on NCCL"
+    skip premul "premul_sum's wrong rows against plain torch's (scripts/premul_probe.py)"
     skip graphs "CUDA graphs of the capturable collectives, the barrier's error row"
     skip latency "device time with the launch hidden against host-observed and graphed"
     skip torchrun "one NCCL rank under torchrun"

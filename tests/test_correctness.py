@@ -4,6 +4,9 @@ v-collectives with non-uniform splits, and a corrupted element that must be coun
 Each world size is one CLI run over many collectives, dtypes and ops (ranks start once per run)."""
 
 import json
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,9 +15,9 @@ import torch
 from commbench.collectives import REGISTRY
 from commbench.config import resolve, run_config
 from commbench.output import NullOutput
-from commbench.runner import run_sweep, sweep_failure
+from commbench.runner import PREMUL_BFLOAT16_HINT, run_sweep, sweep_failure
 from tests.corrupting_backend import CorruptingBackend
-from tests.dist_helpers import commbench, run_ranks
+from tests.dist_helpers import ROOT, commbench, run_ranks
 
 pytestmark = pytest.mark.processes
 
@@ -142,6 +145,9 @@ def _sweeps_with_one_wrong_element(rank: int, world_size: int) -> dict[str, tupl
         rows = run_sweep(config, backend, NullOutput())
         found[name] = ([(row.collective, row.mode, row.wrong, row.first_wrong) for row in rows],
                        sweep_failure(rows))
+        if name == "once":  # the same wrong rows had they been NCCL's bfloat16 premul_sum
+            relabelled = [replace(row, backend="nccl", op="premul_sum", dtype="bfloat16") for row in rows]
+            found["as premul"] = sweep_failure(relabelled)
     return found
 
 
@@ -162,6 +168,13 @@ def test_a_corrupted_element_is_counted_and_located_in_both_modes(corrupted_swee
                               "in-place, sync) at 1 KiB: 1 wrong element, the first at rank 1 index 5")
 
 
+def test_wrong_bfloat16_premul_sum_on_nccl_names_the_known_torch_fault(corrupted_sweeps):
+    _, failure = corrupted_sweeps[0]["once"]
+    assert PREMUL_BFLOAT16_HINT not in failure
+    assert corrupted_sweeps[0]["as premul"].endswith("; " + PREMUL_BFLOAT16_HINT)
+    assert "pytorch/pytorch#190745" in PREMUL_BFLOAT16_HINT
+
+
 def test_check_every_counts_the_element_in_each_checked_op(corrupted_sweeps):
     rows, _ = corrupted_sweeps[0]["every 2"]
     assert [wrong for _, _, wrong, _ in rows] == [2] * len(CORRUPTED)  # 4 iterations, a check every 2
@@ -173,15 +186,32 @@ def test_without_the_check_the_corruption_goes_unnoticed(corrupted_sweeps):
     assert [wrong for _, _, wrong, _ in rows] == [None] * len(CORRUPTED) and failure is None
 
 
+# commbench's collectives and the plain torch call premul_probe.py makes for them
+PLAIN_TORCH = {"all_reduce": "all_reduce", "reduce": "reduce", "reduce_scatter": "reduce_scatter",
+               "reduce_scatter_v": "reduce_scatter", "reduce_scatter_base": "reduce_scatter_tensor"}
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs CUDA")
 def test_nccl_premul_sum_and_uneven_lists(tmp_path):
+    """Every row right, but premul_sum where plain torch is wrong too: torch 2.11 hands NCCL a 4-byte
+    float factor for bfloat16 (pytorch/pytorch#190745), and --check must report that, not hide it."""
     nproc = min(2, torch.cuda.device_count())
     result = commbench(*"--backend nccl --device cuda --collective all --op sum,avg,premul_sum --dtype "
                         "float32,bfloat16 --placement both --check --sizes 4K,1M --iters 2 --nproc".split(),
-                       str(nproc), "--output-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows, _ = _rows(tmp_path)
-    _assert_all_right(rows)
+                       str(nproc), "--output-dir", str(tmp_path / "runs"))
+    probe = subprocess.run([sys.executable, str(ROOT / "scripts" / "premul_probe.py"), "--nproc",
+                            str(nproc), "--json", str(tmp_path / "probe.json")],
+                           capture_output=True, text=True, timeout=180)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    plain_wrong = {key for key, found in json.loads((tmp_path / "probe.json").read_text()).items()
+                   if found["wrong"]}
+    rows, _ = _rows(tmp_path / "runs")
+    premul = [row for row in rows if row["op"] == "premul_sum"]
+    ours_wrong = {f"{PLAIN_TORCH[row['collective']]} {row['dtype']}" for row in premul if row["wrong"]}
+    assert ours_wrong == plain_wrong & {f"{PLAIN_TORCH[row['collective']]} {row['dtype']}" for row in premul}
+    assert result.returncode == (1 if ours_wrong else 0), result.stderr[-2000:]
+    _assert_all_right([row for row in rows if row["op"] != "premul_sum"])
+    assert not [row for row in premul if row["error"]]
 
 
 def test_check_in_strided_groups(tmp_path):
