@@ -66,6 +66,20 @@ def test_ranks_learn_who_shares_their_host_and_any_ranks_problem():
     assert ranks.run(lambda c: c.agree_on_problem("other", None)) == dict.fromkeys(range(4))
 
 
+def test_the_store_s_host_stays_until_every_rank_has_read_the_problem_that_ends_the_start():
+    # rank 0 hosts the store and arrives last: it must not return (and exit, closing the store) while
+    # the others still sleep between polls for the verdict
+    def work(coordinator: Coordinator) -> tuple[str | None, int]:
+        if coordinator.rank == 0:
+            time.sleep(0.3)
+        verdict = coordinator.agree_on_problem("devices", "shared" if coordinator.rank == 3 else None)
+        return verdict, coordinator._call("add", "devices/read", 0)
+
+    found = Ranks(4).run(work)
+    assert {rank: verdict for rank, (verdict, _) in found.items()} == dict.fromkeys(range(4), "shared")
+    assert found[0][1] == 4  # when the host returned, all four had read it
+
+
 def test_old_step_keys_are_removed():
     ranks = Ranks(2)
     ranks.run(lambda c: [c.check_in("a", f"s{n}") for n in range(3)])

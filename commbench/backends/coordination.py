@@ -129,13 +129,7 @@ class Coordinator:
         except _Trouble:
             raise CheckInFailed(f"process-group start failed on rank {self.rank}: "
                                 f"{self.peer_accounts() or 'another rank failed'}") from None
-        readers = self._call("add", "joined/read", 1)
-        if self.hosts_store:
-            joined = self._call("add", "joined", 0)
-            linger_until = time.monotonic() + 2.0
-            while readers < joined and time.monotonic() < linger_until:
-                time.sleep(0.02)
-                readers = self._call("add", "joined/read", 0)
+        self._linger_until_read("joined/read", self._call("add", "joined", 0))
         missing = [int(r) for r in missing_text.split(",") if r]
         raise CheckInFailed(f"process-group start timed out after {self.timeout_s:g} s on rank "
                             f"{self.rank}: {format_ranks(missing)} of {self.world_size} did not join "
@@ -162,7 +156,20 @@ class Coordinator:
         if problem is not None and self._call("add", f"{phase}/problems", 1) == 1:
             self._call("set", f"{phase}/problem", problem)
         self._phase_barrier(phase, "checked", deadline)
-        return self._text(f"{phase}/problem")
+        agreed = self._text(f"{phase}/problem")
+        if agreed is not None:  # every rank stops now: the store's host must not close it before all read
+            self._linger_until_read(f"{phase}/read", self.world_size)
+        return agreed
+
+    def _linger_until_read(self, counter: str, readers: int) -> None:
+        """Count this rank as having read what ends the start; the rank hosting the store then waits
+        (2 s at most) for the other readers, since its exit closes the store under them (the GPU check
+        saw a rank lose it mid-read, with C++ frames from c10d, when two ranks shared a device)."""
+        read = self._call("add", counter, 1)
+        linger_until = time.monotonic() + 2.0
+        while self.hosts_store and read < readers and time.monotonic() < linger_until:
+            time.sleep(0.02)
+            read = self._call("add", counter, 0)
 
     def _phase_barrier(self, phase: str, counter: str, deadline: float) -> None:
         if self._call("add", f"{phase}/{counter}", 1) == self.world_size:
