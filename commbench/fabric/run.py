@@ -64,8 +64,8 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
                         after_pass=publish, passes=config.launch.passes)
     output.table_done(rows)
     analysis = analyse(rows, hostnames, config.slow_factor)
-    if outcome is not None:
-        outcome.suspects = [suspect.name for suspect in analysis.suspects]
+    if outcome is not None:  # rank 0's verdict, so that every rank exits with the status it printed
+        outcome.suspects = backend.broadcast_object([suspect.name for suspect in analysis.suspects], root=0)
     if backend.rank == 0:
         _fail_on_outlier_line(config, analysis)
     return rows
@@ -85,17 +85,18 @@ RECHECK = "recheck"
 def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
     """One pass: the schedule's rounds and the node all_reduces; then, once more, what a suspect rests
     on when that is a single measurement (a slow link no host or rank explains, or a host's one
-    intra-node all_reduce), since one measurement can be disturbed by anything else on the machine.
-    Every rank draws the same conclusions from the same rows, so all agree on the recheck."""
+    intra-node all_reduce), since one measurement can be disturbed by anything else on the machine."""
     rows = measure_rounds(ctx, ctx.schedule.rounds, output, ctx.phase)
     rows += measure_nodes(ctx, output, ctx.phase)
     analysis = analyse(rows, ctx.hostnames, ctx.config.slow_factor)
-    pairs = analysis.recheck_pairs()
+    # every rank analyses the same gathered rows; rank 0's decision is sent anyway, since ranks that
+    # disagreed on a recheck would wait on each other's collectives until --timeout
+    pairs, nodes = ctx.backend.broadcast_object((analysis.recheck_pairs(), analysis.recheck_nodes()), root=0)
     if pairs:
         output.note(f"rechecking {len(pairs)} pair{'s' if len(pairs) > 1 else ''} that one measurement found "
                     f"slow: {', '.join(f'{low}-{high}' for low, high in pairs)}")
         rows += measure_rounds(ctx, pack_rounds(pairs), output, RECHECK)
-    if analysis.recheck_nodes():
+    if nodes:
         output.note("rechecking the node all_reduces: one of them named a host")
         rows += measure_nodes(ctx, output, RECHECK)
     return rows
