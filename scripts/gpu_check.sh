@@ -18,6 +18,7 @@
 #   latency         small all_reduces: device time with the launch hidden, host-observed, and graphed
 #   torchrun        one rank under torchrun
 #   fsdp            the FSDP pattern with --check --overlap
+#   cuda-tests      the test suite's CUDA-only tests (from a checkout), CUDA kept visible
 # Writes every JSON and log to OUTDIR; exits 1 when any step failed. Without CUDA the CUDA steps print
 # "skip" and the script still runs what the CPU can check.
 
@@ -214,8 +215,17 @@ fsdp() {
         --backend nccl --json "$OUT/fsdp.json"
 }
 
+cuda_tests() {
+    # the suite's CUDA-only tests (the suite hides CUDA unless COMMBENCH_TEST_CUDA=1: tests/conftest.py)
+    [ -d "$HERE/../tests" ] || { echo "no tests/ beside scripts/: not a checkout"; return 0; }
+    (cd "$HERE/.." && COMMBENCH_TEST_CUDA=1 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" \
+        tests/test_correctness.py::test_nccl_premul_sum_and_uneven_lists \
+        tests/test_list.py::test_list_probes_nccl_on_cuda)
+}
+
 export OUT PY CUDA HERE
-export -f commbench free_port devices_env memory_window correctness premul graphs latency torchrun_one fsdp
+export -f commbench free_port devices_env memory_window correctness premul graphs latency torchrun_one fsdp \
+    cuda_tests
 run_step devices-env 120 devices_env
 run_step memory-window 120 memory_window
 if [ "$CUDA" = 1 ]; then
@@ -225,6 +235,7 @@ if [ "$CUDA" = 1 ]; then
     run_step latency 60 latency
     run_step torchrun 45 torchrun_one
     run_step fsdp 60 fsdp
+    run_step cuda-tests 150 cuda_tests
 else
     skip correctness "every collective x dtype x op with --check on NCCL"
     skip premul "premul_sum's wrong rows against plain torch's (scripts/premul_probe.py)"
@@ -232,6 +243,7 @@ else
     skip latency "device time with the launch hidden against host-observed and graphed"
     skip torchrun "one NCCL rank under torchrun"
     skip fsdp "the FSDP pattern on NCCL with --check --overlap"
+    skip cuda-tests "the suite's CUDA-only tests, with COMMBENCH_TEST_CUDA=1"
     skip "devices-env (CUDA part)" "one visible device, PMI under srun, derived local rank, shared device"
     skip "memory-window (CUDA part)" "allocator growth of an async window, empty_cache, cudaMemGetInfo"
 fi

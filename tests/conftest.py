@@ -8,9 +8,18 @@
   Session-scoped: made once, only when a test asks for them; a test that asks for one is marked
   `processes` (RUN_FIXTURES).
 - Recordings of real torch programs and their replays (`recordings`, tests/replay_helpers.py).
+- The suite runs gloo on CPU on any machine: CUDA is hidden (CUDA_VISIBLE_DEVICES="", set before
+  torch is imported, so the processes the tests start inherit it) unless COMMBENCH_TEST_CUDA=1, which
+  keeps the GPUs for the CUDA-only tests (scripts/gpu_check.sh runs those). On a GPU workstation the
+  CLI's defaults would otherwise be NCCL on CUDA, and two local ranks on one GPU.
 """
 
-import multiprocessing.process
+import os
+
+if os.environ.get("COMMBENCH_TEST_CUDA") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import multiprocessing.process  # noqa: E402 - after the device choice above
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path

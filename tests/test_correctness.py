@@ -191,7 +191,7 @@ PLAIN_TORCH = {"all_reduce": "all_reduce", "reduce": "reduce", "reduce_scatter":
                "reduce_scatter_v": "reduce_scatter", "reduce_scatter_base": "reduce_scatter_tensor"}
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs CUDA")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs CUDA (and COMMBENCH_TEST_CUDA=1)")
 def test_nccl_premul_sum_and_uneven_lists(tmp_path):
     """Every row right, but premul_sum where plain torch is wrong too: torch 2.11 hands NCCL a 4-byte
     float factor for bfloat16 (pytorch/pytorch#190745), and --check must report that, not hide it."""

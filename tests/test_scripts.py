@@ -79,7 +79,8 @@ def test_bench_sweep_compares_adaptive_and_fixed_at_every_size():
     assert f"at {agreeing} of {judged} sizes" in out
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the check runs in full (minutes)")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU (COMMBENCH_TEST_CUDA=1) the check runs in "
+                    "full (minutes)")
 def test_gpu_check_is_valid_bash_and_on_cpu_runs_its_cpu_parts_and_skips_the_rest(tmp_path):
     script = str(ROOT / "scripts" / "gpu_check.sh")
     assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0
@@ -89,7 +90,8 @@ def test_gpu_check_is_valid_bash_and_on_cpu_runs_its_cpu_parts_and_skips_the_res
     out = done.stdout
     assert "no CUDA device: running the CPU-checkable steps only" in out
     assert "ok   devices-env" in out and "ok   memory-window" in out
-    for step in ("correctness", "premul", "graphs", "latency", "torchrun", "fsdp", "devices-env (CUDA part)",
+    for step in ("correctness", "premul", "graphs", "latency", "torchrun", "fsdp", "cuda-tests",
+                 "devices-env (CUDA part)",
                  "memory-window (CUDA part)"):
         assert f"skip {step}: needs a CUDA device" in out
     assert out.rstrip().endswith("all steps passed")
