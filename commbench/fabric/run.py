@@ -2,10 +2,10 @@
 
 Every rank measures and gathers every other rank's times; rank 0's conclusions (what to recheck, the
 suspects) are broadcast, so all recheck together and exit with one status; rank 0's output alone
-records. The `fabric` part of results.json
-is rewritten after every pass, so an interrupted soak leaves the analysis of the passes it finished;
-once every row is in, the run is one table (Output.table_done), which the console shows as the
-matrices and the verdict (fabric.tables; an interrupted run shows those of the rows so far).
+records. The `fabric` part of results.json is rewritten after every pass, so an interrupted soak
+leaves the analysis of the passes it finished; once every row is in, the run is one table
+(Output.table_done), which the console shows as the matrices and the verdict (fabric.tables; an
+interrupted run shows those of the rows so far).
 """
 
 import os
