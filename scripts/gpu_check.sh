@@ -151,11 +151,11 @@ premul() {
         --sizes 1K,1M --iters 3 --warmup 1 --json "$OUT/premul.json" || status=$?
     [ "$status" -le 1 ] || return 1
     "$PY" - "$OUT/premul.json" "$OUT/premul-probe.json" "$status" <<'EOF'
-import json, sys
+import json, os, sys
+from runpy import run_path
 rows = json.load(open(sys.argv[1]))["rows"]
 probe = json.load(open(sys.argv[2]))
-plain = {"all_reduce": "all_reduce", "reduce": "reduce", "reduce_scatter": "reduce_scatter",
-         "reduce_scatter_v": "reduce_scatter", "reduce_scatter_base": "reduce_scatter_tensor"}
+plain = run_path(os.path.join(os.environ["HERE"], "premul_probe.py"))["COMMBENCH_CALLS"]
 disagree, stack = [], set()
 for row in rows:
     key = f"{plain[row['collective']]} {row['dtype']}"

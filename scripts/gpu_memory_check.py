@@ -93,8 +93,9 @@ def main() -> int:
         print("default budget:", budget.describe())
         if cuda:
             assert "cudaMemGetInfo" in budget.describe(), budget
-        window_growth(backend, device, (64 << 20) if cuda else (64 << 10))  # 256 MiB / 256 KiB chunks
-        cache_emptied(backend, (64 << 20) if cuda else (64 << 10))
+        count = (64 << 20) if cuda else (64 << 10)  # float32: 256 MiB chunks on CUDA, 256 KiB on CPU
+        window_growth(backend, device, count)
+        cache_emptied(backend, count)
     finally:
         backend.shutdown()
     return 0

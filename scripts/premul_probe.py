@@ -23,6 +23,10 @@ import torch.multiprocessing as mp
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 COLLECTIVES = ("all_reduce", "reduce", "reduce_scatter_tensor", "reduce_scatter")
 COUNT = 64  # per rank's share of a reduce-scatter
+# the torch call each of commbench's premul_sum collectives makes (TorchDistBackend), so a caller can
+# match commbench's rows to this probe's results (scripts/gpu_check.sh, tests/test_correctness.py)
+COMMBENCH_CALLS = {"all_reduce": "all_reduce", "reduce": "reduce", "reduce_scatter": "reduce_scatter",
+                   "reduce_scatter_v": "reduce_scatter", "reduce_scatter_base": "reduce_scatter_tensor"}
 
 
 def _inputs(rank: int, world: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -4,6 +4,7 @@ v-collectives with non-uniform splits, and a corrupted element that must be coun
 Each world size is one CLI run over many collectives, dtypes and ops (ranks start once per run)."""
 
 import json
+import runpy
 import subprocess
 import sys
 from dataclasses import replace
@@ -186,11 +187,6 @@ def test_without_the_check_the_corruption_goes_unnoticed(corrupted_sweeps):
     assert [wrong for _, _, wrong, _ in rows] == [None] * len(CORRUPTED) and failure is None
 
 
-# commbench's collectives and the plain torch call premul_probe.py makes for them
-PLAIN_TORCH = {"all_reduce": "all_reduce", "reduce": "reduce", "reduce_scatter": "reduce_scatter",
-               "reduce_scatter_v": "reduce_scatter", "reduce_scatter_base": "reduce_scatter_tensor"}
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs CUDA (and COMMBENCH_TEST_CUDA=1)")
 def test_nccl_premul_sum_and_uneven_lists(tmp_path):
     """Every row right, but premul_sum where plain torch is wrong too: torch 2.11 hands NCCL a 4-byte
@@ -205,10 +201,12 @@ def test_nccl_premul_sum_and_uneven_lists(tmp_path):
     assert probe.returncode == 0, probe.stderr[-2000:]
     plain_wrong = {key for key, found in json.loads((tmp_path / "probe.json").read_text()).items()
                    if found["wrong"]}
+    calls = runpy.run_path(str(ROOT / "scripts" / "premul_probe.py"))["COMMBENCH_CALLS"]
     rows, _ = _rows(tmp_path / "runs")
     premul = [row for row in rows if row["op"] == "premul_sum"]
-    ours_wrong = {f"{PLAIN_TORCH[row['collective']]} {row['dtype']}" for row in premul if row["wrong"]}
-    assert ours_wrong == plain_wrong & {f"{PLAIN_TORCH[row['collective']]} {row['dtype']}" for row in premul}
+    keys = [(f"{calls[row['collective']]} {row['dtype']}", bool(row["wrong"])) for row in premul]
+    ours_wrong = {key for key, wrong in keys if wrong}
+    assert ours_wrong == plain_wrong & {key for key, _ in keys}
     assert result.returncode == (1 if ours_wrong else 0), result.stderr[-2000:]
     _assert_all_right([row for row in rows if row["op"] != "premul_sum"])
     assert not [row for row in premul if row["error"]]

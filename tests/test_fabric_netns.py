@@ -6,7 +6,7 @@ interface: every inter-node transfer crosses a veth pair and the bridge, intra-n
 the host. tbf at 100 Mbit/s makes the slowed host's transfers tens of times slower than the others (these
 veths carry a few Gbit/s); the messages are small enough that a slowed round lasts well under a second.
 Both tests judge at --slow-factor 4 (SLOW_FACTOR): on two loaded cores one pair's median over a pass can
-be 2-3x off with nothing slowed (the default, 2, is for real fabrics), while the slowed link is far past
+be 2-8x off with nothing slowed (the default, 2, is for real fabrics), while the slowed link is far past
 4x; so the pair of tests shows the verdict separates a slowed host from noise at one threshold. The
 pairs are measured one at a time (--serial): six ranks on two cores measuring three pairs at once would
 time the CPU scheduler (a ping-pong waits for its partner to be given a core), not the links.
