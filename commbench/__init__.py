@@ -22,7 +22,7 @@ def load(paths: str | Path | Iterable[str | Path]) -> "pandas.DataFrame":
     of these. A missing or foreign file, or a glob that matches nothing, raises commbench.errors.UsageError
     naming it. The columns are described in docs/python-api.md.
     """
-    from commbench.frame import runs_frame  # pandas is imported here, not with commbench
-    from commbench.saved import load_runs
+    from commbench.results.frame import runs_frame  # pandas is imported here, not with commbench
+    from commbench.results.saved import load_runs
 
     return runs_frame(load_runs(paths))

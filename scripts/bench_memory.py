@@ -23,15 +23,15 @@ import torch
 import torch.distributed as dist
 
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.collectives import REGISTRY, Layout
-from commbench.config import RunConfig
-from commbench.groups import Membership, world_plan
-from commbench.output import NullOutput
-from commbench.planning import SizeLimits, TablePlan, buffer_bytes, plan_sizes
-from commbench.runner import SizePoint, measure_size, sampling_policy
-from commbench.sampling import IterationBudget
-from commbench.sizes import format_size, parse_size
-from commbench.spawn import run_on_local_ranks
+from commbench.config.sweep import RunConfig
+from commbench.core.groups import Membership, world_plan
+from commbench.core.sizes import format_size, parse_size
+from commbench.measure.collectives import REGISTRY, Layout
+from commbench.measure.planning import SizeLimits, TablePlan, buffer_bytes, plan_sizes
+from commbench.measure.sampling import IterationBudget
+from commbench.running.runner import SizePoint, measure_size, sampling_policy
+from commbench.running.spawn import run_on_local_ranks
+from commbench.writers.output import NullOutput
 
 COLLECTIVES = ["all_gather_base", "reduce_scatter_base", "all_to_all_single"]
 ITERS, WARMUP = 3, 1

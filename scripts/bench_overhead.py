@@ -22,10 +22,10 @@ import torch.distributed as dist
 
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.collectives import REGISTRY, Layout
-from commbench.spawn import run_on_local_ranks
-from commbench.stats import slowest_rank_per_iteration
-from commbench.timing import BoundOp, time_sync, warm_up
+from commbench.measure.collectives import REGISTRY, Layout
+from commbench.measure.stats import slowest_rank_per_iteration
+from commbench.measure.timing import BoundOp, time_sync, warm_up
+from commbench.running.spawn import run_on_local_ranks
 
 SIZES = [1024, 64 * 1024, 4 * 1024 * 1024]
 COLLECTIVES = ["reduce_scatter_base", "all_reduce"]

@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from commbench.saved import load_run
-from commbench.sizes import format_size
-from commbench.stats import MIN_SAMPLES_FOR_CI, ci95_rel, median_ci95, percentile
+from commbench.core.sizes import format_size
+from commbench.measure.stats import MIN_SAMPLES_FOR_CI, ci95_rel, median_ci95, percentile
+from commbench.results.saved import load_run
 
 TARGET_RATIO = 0.6
 

@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=200)
     options = parser.parse_args()
-    from commbench.spawn import free_port
+    from commbench.running.spawn import free_port
 
     context = mp.get_context("spawn")
     results = context.Queue()

@@ -59,7 +59,7 @@ else
 fi
 
 commbench() { "$PY" -m commbench --output-dir "$OUT/runs" "$@"; }
-free_port() { "$PY" -c "from commbench.spawn import free_port; print(free_port())"; }
+free_port() { "$PY" -c "from commbench.running.spawn import free_port; print(free_port())"; }
 
 # --- devices-env: local ranks and device choice through real environment variables -----------------
 devices_env() {
@@ -68,7 +68,7 @@ devices_env() {
     env -i PATH="$PATH" PYTHONPATH="${PYTHONPATH:-}" PMI_RANK=3 PMI_SIZE=4 SLURM_PROCID=3 SLURM_NTASKS=4 \
         SLURM_LOCALID=3 SLURM_STEP_ID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$PY" -c "
 import os
-from commbench.launch import detect
+from commbench.running.launch import detect
 info = detect(os.environ)
 assert (info.rank, info.local_rank) == (3, 3), info
 del os.environ['SLURM_LOCALID']

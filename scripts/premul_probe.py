@@ -94,7 +94,7 @@ def main() -> int:
         print("premul_probe: needs CUDA (NCCL's premul_sum)", file=sys.stderr)
         return 2
     world = args.nproc or torch.cuda.device_count()
-    from commbench.spawn import free_port
+    from commbench.running.spawn import free_port
 
     manager = mp.Manager()
     results = manager.dict()

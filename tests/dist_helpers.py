@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from commbench.spawn import run_on_local_ranks
+from commbench.running.spawn import run_on_local_ranks
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")

@@ -55,7 +55,7 @@ def test_control_plane_helpers():
 
 
 def _pairwise_exchange(rank: int, world_size: int) -> list[float] | None:
-    from commbench.collectives import REGISTRY, Layout
+    from commbench.measure.collectives import REGISTRY, Layout
 
     backend = TorchDistBackend("gloo", torch.device("cpu"))
     buffers = REGISTRY["send_recv"].build(Layout(4, world_size, rank, 0, torch.float32, torch.device("cpu")))

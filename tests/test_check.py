@@ -4,14 +4,9 @@ element by element (the collectives themselves are exercised in test_correctness
 import pytest
 import torch
 
-from commbench.check import (
-    CheckValues,
-    compare,
-    exact_integer_limit,
-    fill_inputs,
-    poison_value,
-)
-from commbench.collectives import Expected
+from commbench.measure.check import compare
+from commbench.measure.collectives import Expected
+from commbench.measure.values import CheckValues, exact_integer_limit, fill_inputs, poison_value
 
 CPU = torch.device("cpu")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int32,

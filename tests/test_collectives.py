@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from commbench.collectives import (
+from commbench.core.splits import parse_splits
+from commbench.errors import UsageError
+from commbench.measure.collectives import (
     IN_PLACE,
     OUT_OF_PLACE,
     PLACEMENTS,
@@ -12,9 +14,7 @@ from commbench.collectives import (
     placements_for,
     resolve_collectives,
 )
-from commbench.errors import UsageError
-from commbench.planning import SizeLimits, plan_sizes
-from commbench.splits import parse_splits
+from commbench.measure.planning import SizeLimits, plan_sizes
 
 NCCL_TESTS_FACTORS = {
     "all_reduce": lambda n: 2 * (n - 1) / n,

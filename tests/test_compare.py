@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from commbench.analysis.compare import change_text, compare_runs, geometric_means
 from commbench.cli import main
-from commbench.compare import change_text, compare_runs, geometric_means
-from commbench.saved import load_run
-from commbench.sizes import format_size
+from commbench.core.sizes import format_size
+from commbench.results.saved import load_run
 from tests.dist_helpers import commbench
 
 # Two runs of one sweep on this shared 2-core machine differed by up to 7x in a row's p50 (up to 26x

@@ -20,10 +20,10 @@ from commbench.backends.coordination import Coordinator
 from commbench.backends.rendezvous import Rendezvous, Started
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.backends.waiting import PeerFailed, Waiter, WaitExpired
-from commbench.config import RunConfig
-from commbench.output import NullOutput
-from commbench.runner import run_sweep
-from commbench.spawn import free_port
+from commbench.config.sweep import RunConfig
+from commbench.running.runner import run_sweep
+from commbench.running.spawn import free_port
+from commbench.writers.output import NullOutput
 from tests.dist_helpers import run_ranks
 
 pytestmark = pytest.mark.processes

@@ -8,9 +8,9 @@ import pytest
 import torch.distributed as dist
 
 from commbench.backends.coordination import Coordinator, announce_death, key_prefix
+from commbench.core.groups import format_ranks
 from commbench.errors import RunError
-from commbench.groups import format_ranks
-from commbench.spawn import free_port
+from commbench.running.spawn import free_port
 
 
 class Ranks:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from commbench.collectives import REGISTRY
-from commbench.config import resolve, run_config
-from commbench.output import NullOutput
-from commbench.runner import PREMUL_BFLOAT16_HINT, run_sweep, sweep_failure
+from commbench.config.sweep import resolve, run_config
+from commbench.measure.collectives import REGISTRY
+from commbench.running.runner import PREMUL_BFLOAT16_HINT, run_sweep, sweep_failure
+from commbench.writers.output import NullOutput
 from tests.corrupting_backend import CorruptingBackend
 from tests.dist_helpers import ROOT, commbench, run_ranks
 

@@ -7,15 +7,15 @@ from dataclasses import asdict
 
 import pytest
 
-from commbench.collectives import REGISTRY
-from commbench.config import resolve, run_config
-from commbench.cuda_timing import MAX_SPIN_US, MIN_SPIN_US, spin_cycles, spin_target_us
-from commbench.devices import MemoryBudget, explicit_budget
+from commbench.config.sweep import resolve, run_config
+from commbench.core.devices import MemoryBudget, explicit_budget
 from commbench.errors import UsageError
-from commbench.planning import PlannedSize, SizeLimits, memory_need, plan_sizes, plan_tables
-from commbench.rows import make_row
-from commbench.saved import load_run
-from commbench.timing import warm_up_count
+from commbench.measure.collectives import REGISTRY
+from commbench.measure.cuda_timing import MAX_SPIN_US, MIN_SPIN_US, spin_cycles, spin_target_us
+from commbench.measure.planning import PlannedSize, SizeLimits, memory_need, plan_sizes, plan_tables
+from commbench.measure.timing import warm_up_count
+from commbench.results.rows import make_row
+from commbench.results.saved import load_run
 
 MiB = 1024**2
 

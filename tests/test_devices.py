@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from commbench.backends.rendezvous import init_options, process_group_store
 from commbench.backends.torch_dist import barrier_device
-from commbench.devices import (
+from commbench.core.devices import (
     cpu_budget,
     cuda_budget,
     device_index,
@@ -20,7 +20,7 @@ from commbench.devices import (
     physical_device,
 )
 from commbench.errors import UsageError
-from commbench.launch import detect
+from commbench.running.launcher import detect
 
 MASTER = {"MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives import REGISTRY
+from commbench.measure.collectives import REGISTRY
 from tests.dist_helpers import commbench, torchrun
 
 pytestmark = pytest.mark.processes

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from commbench.fabric.analysis import analyse
-from commbench.fabric.hooks import draw_fabric, fabric_report_page
-from commbench.saved import load_run
-from commbench.spawn import free_port
-from commbench.stats import MIN_SAMPLES_FOR_CI
+from commbench.fabric.kind import draw_fabric, fabric_report_page
+from commbench.measure.stats import MIN_SAMPLES_FOR_CI
+from commbench.results.saved import load_run
+from commbench.running.spawn import free_port
 from tests.dist_helpers import commbench, torchrun
 from tests.process_helpers import csv_rows, start_commbench, wait_for_rows
 

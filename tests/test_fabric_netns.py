@@ -20,7 +20,7 @@ import time
 import pytest
 
 from commbench.fabric.analysis import analyse
-from commbench.saved import load_run
+from commbench.results.saved import load_run
 from tests.netns import NetnsUnavailable, start_ranks, wait_all
 from tests.process_helpers import csv_rows
 

@@ -10,8 +10,9 @@ import pytest
 from commbench.fabric.analysis import analyse
 from commbench.fabric.drift import drift_line, find_spikes, pass_medians
 from commbench.fabric.matrices import KIND, NodeResult
-from commbench.fabric.outliers import BANDWIDTH, LATENCY, drain_list, find_suspects, is_slow
-from commbench.results import Row
+from commbench.fabric.outliers import drain_list, find_suspects
+from commbench.measure.robust import BANDWIDTH, LATENCY, is_slow
+from commbench.results.model import Row
 
 
 def _hosts(host_count: int, per_host: int) -> list[str]:
@@ -218,7 +219,7 @@ def test_a_host_named_on_its_one_all_reduce_is_rechecked_and_cleared_by_a_better
 
 @pytest.mark.processes
 def test_reading_a_fabric_result_does_not_import_torch():
-    code = ("import sys, commbench.fabric.hooks, commbench.fabric.tables, commbench.fabric.heatmap; "
+    code = ("import sys, commbench.fabric.kind, commbench.fabric.tables, commbench.fabric.heatmap; "
             "print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "False", result.stderr

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from commbench.errors import Terminated
-from commbench.rank import StopRequests
-from commbench.spawn import free_port
+from commbench.running.rank import StopRequests
+from commbench.running.spawn import free_port
 from tests.dist_helpers import commbench
 from tests.process_helpers import (
     csv_rows,

@@ -8,8 +8,8 @@ import pytest
 
 from tests.dist_helpers import ROOT, launcherless_env
 
-READING_MODULES = ("commbench.compare", "commbench.plot", "commbench.report", "commbench.fit",
-                   "commbench.frame")
+READING_MODULES = ("commbench.analysis.compare", "commbench.analysis.plot", "commbench.analysis.report",
+                   "commbench.results.fit", "commbench.results.frame")
 
 
 def _python(*args: str) -> subprocess.CompletedProcess:
@@ -39,11 +39,11 @@ def test_compare_plot_report_and_fits_of_real_runs_leave_torch_unimported(two_ru
     a, b = (str(saved.json) for saved in two_runs)
     program = f"""
 import sys
-from commbench.compare import compare_command
-from commbench.fit import fit_rows
-from commbench.plot import plot_command
-from commbench.report import report_command
-from commbench.saved import load_run
+from commbench.analysis.compare import compare_command
+from commbench.results.fit import fit_rows
+from commbench.analysis.plot import plot_command
+from commbench.analysis.report import report_command
+from commbench.results.saved import load_run
 import commbench
 
 compare_command([{a!r}, {b!r}], 3900.0, 0.05, False)

@@ -12,8 +12,8 @@ import time
 import pytest
 
 import commbench
-from commbench.rank import StopRequests
-from commbench.spawn import _Supervisor
+from commbench.running.rank import StopRequests
+from commbench.running.spawn import _Supervisor
 from tests.dist_helpers import ROOT, launcherless_env
 from tests.dist_helpers import commbench as run_cli
 from tests.process_helpers import start_commbench, wait_for_rows

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from commbench.fit import ERROR_LIMIT, SeriesFit, describe_fit, fit_hockney, fit_line, fit_rows
-from commbench.saved import load_run
+from commbench.results.fit import ERROR_LIMIT, SeriesFit, describe_fit, fit_hockney, fit_line, fit_rows
+from commbench.results.saved import load_run
 
 SIZES = [2**k for k in range(3, 31)]  # 8 B to 1 GiB
 

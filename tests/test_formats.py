@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from commbench.formats import NCCL_TESTS_TYPES, nccl_tests_number
+from commbench.writers.formats import NCCL_TESTS_TYPES, nccl_tests_number
 
 
 def _result_lines(stdout: str) -> list[list[str]]:

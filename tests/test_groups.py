@@ -8,14 +8,14 @@ import torch
 
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.config import resolve, run_config
-from commbench.console import straggler_line
+from commbench.config.sweep import resolve, run_config
+from commbench.core.groups import Membership, split_by_hosts, split_world
+from commbench.core.sizes import parse_sizes
 from commbench.errors import UsageError
-from commbench.groups import Membership, split_by_hosts, split_world
-from commbench.output import NullOutput
-from commbench.runner import Session, run_sweep
-from commbench.sizes import parse_sizes
-from commbench.stats import arrival_skews, last_to_arrive
+from commbench.measure.stats import arrival_skews, last_to_arrive
+from commbench.running.runner import Session, run_sweep
+from commbench.writers.console import straggler_line
+from commbench.writers.output import NullOutput
 from tests.dist_helpers import commbench, run_ranks
 
 # --- plans ------------------------------------------------------------------------------------

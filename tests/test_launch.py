@@ -3,7 +3,7 @@
 import pytest
 
 from commbench.errors import UsageError
-from commbench.launch import detect
+from commbench.running.launcher import detect
 
 MASTER = {"MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
 

@@ -2,6 +2,8 @@
 independence from torch (STYLE.md; each limit is one a reader feels)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,19 @@ def test_no_function_is_longer_or_wider_than_the_limits(path):
     too_wide = [f"{f.name} ({len(_parameters(f))} parameters)" for f in _functions(tree)
                 if len(_parameters(f)) > MAX_PARAMETERS and not _is_click_command(f)]
     assert not too_long and not too_wide
+
+
+def test_the_root_holds_at_most_twelve_modules():
+    """The packages show the flow (docs/architecture.md); the root keeps the entry points and errors."""
+    assert len(list(PACKAGE.glob("*.py"))) <= 12
+
+
+@pytest.mark.processes
+def test_the_layers_contract_holds():
+    """pyproject's import-linter contracts: layers, independent features, no cycles, torch-free files."""
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    if not lint_imports.exists():
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    result = subprocess.run([str(lint_imports), "--no-logo", "--no-cache"], cwd=PACKAGE.parent,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]

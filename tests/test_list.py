@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from commbench.cli import main
-from commbench.collectives import REGISTRY
+from commbench.measure.collectives import REGISTRY
 from tests.dist_helpers import commbench
 
 

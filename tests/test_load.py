@@ -14,9 +14,9 @@ import pytest
 
 import commbench
 from commbench.errors import UsageError
-from commbench.frame import ROW_COLUMNS, RUN_COLUMNS
-from commbench.results import CSV_COLUMNS, Row
-from commbench.saved import load_run
+from commbench.results.frame import ROW_COLUMNS, RUN_COLUMNS
+from commbench.results.model import CSV_COLUMNS, Row
+from commbench.results.saved import load_run
 
 # What rows and metadata looked like before each of these fields existed (later fields of Row and RunMeta).
 LATER_ROW_FIELDS = ("samples", "time_us_p99", "time_us_stdev", "time_us_cv", "ci95_rel", "group_size",

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from commbench.spawn import free_port
+from commbench.running.spawn import free_port
 from tests.dist_helpers import ROOT, launcherless_env
 
 pytestmark = pytest.mark.processes

@@ -29,7 +29,7 @@ from commbench.patterns.sharding import (
     parse_buckets,
     shard_model,
 )
-from commbench.saved import load_run
+from commbench.results.saved import load_run
 from tests.dist_helpers import commbench, run_ranks
 
 CPU = torch.device("cpu")

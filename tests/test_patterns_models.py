@@ -3,7 +3,7 @@ named."""
 
 import pytest
 
-from commbench.config import LaunchConfig
+from commbench.config.launch import LaunchConfig
 from commbench.errors import UsageError
 from commbench.patterns.models import load_model, parse_model, preset_names
 from tests.dist_helpers import commbench

@@ -9,7 +9,7 @@ import torch
 
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.config import LaunchConfig
+from commbench.config.launch import LaunchConfig
 from commbench.errors import UsageError
 from commbench.patterns.measure import step_dry
 from commbench.patterns.models import load_model

@@ -16,7 +16,7 @@ from commbench.provenance.verdicts import (
     judged_summary,
     summary_line,
 )
-from commbench.results import Row
+from commbench.results.model import Row
 
 BASELINES = load_baselines()
 

@@ -9,9 +9,9 @@ from html.parser import HTMLParser
 
 import matplotlib.pyplot as pyplot
 
+from commbench.analysis.plot import DPI, collect_lines, draw, line_labels, plot_title, run_labels
 from commbench.cli import main
-from commbench.plot import DPI, collect_lines, draw, line_labels, plot_title, run_labels
-from commbench.saved import load_run
+from commbench.results.saved import load_run
 from tests.dist_helpers import commbench
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

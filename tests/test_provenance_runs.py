@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from commbench.analysis.report import report_command
 from commbench.provenance.baselines import load_baselines
 from commbench.provenance.peaks import run_peak
-from commbench.report import report_command
-from commbench.spawn import free_port
+from commbench.running.spawn import free_port
 from tests.dist_helpers import ROOT, commbench, launcherless_env
 
 pytestmark = pytest.mark.processes

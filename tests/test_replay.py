@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from commbench.cli import main
-from commbench.saved import load_run
+from commbench.results.saved import load_run
 from tests import replay_programs
 from tests.dist_helpers import commbench
 from tests.replay_helpers import PROGRAMS, Recording

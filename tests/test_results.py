@@ -7,9 +7,10 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from commbench.results import ResultWriter, Row, RunMeta
-from commbench.saved import load_run
-from commbench.stats import percentile, slowest_rank_per_iteration, summarize
+from commbench.measure.stats import percentile, slowest_rank_per_iteration, summarize
+from commbench.results.model import Row, RunMeta
+from commbench.results.saved import load_run
+from commbench.writers.files import ResultWriter
 
 
 def _meta() -> RunMeta:
@@ -45,7 +46,7 @@ def test_each_row_is_on_disk_before_the_next(tmp_path):
 
 
 def test_a_long_run_keeps_every_row_in_the_csv_and_all_of_them_in_the_json_at_the_end(tmp_path):
-    from commbench.results import JSON_EVERY_ROW_UP_TO
+    from commbench.writers.files import JSON_EVERY_ROW_UP_TO
 
     writer = ResultWriter(_meta(), tmp_path / "r.csv", tmp_path / "r.json")
     count = JSON_EVERY_ROW_UP_TO + 40
@@ -117,7 +118,7 @@ def test_rows_written_before_the_check_fields_existed_still_load(tmp_path):
 
 
 def test_titles_leave_out_the_placement_a_collective_has_by_default():
-    from commbench.results import default_placement
+    from commbench.results.model import default_placement
 
     row = replace(_row(1024), placement="in-place")  # all_reduce runs in place unless asked
     assert default_placement("all_reduce") == "in-place" and default_placement("not_a_collective") == ""

@@ -9,10 +9,10 @@ import torch
 
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.collectives import REGISTRY
-from commbench.sampling import IterationBudget, SamplingPolicy, collect, sync_samples
-from commbench.stats import median_ci95, summarize
-from commbench.timing import BoundOp, time_async
+from commbench.measure.collectives import REGISTRY
+from commbench.measure.sampling import IterationBudget, SamplingPolicy, collect, sync_samples
+from commbench.measure.stats import median_ci95, summarize
+from commbench.measure.timing import BoundOp, time_async
 from tests.dist_helpers import commbench, run_ranks
 
 
@@ -267,7 +267,7 @@ def test_progress_bar_on_a_terminal_only(tmp_path):
 
 
 def test_an_interlude_runs_every_n_ops_and_once_after_the_last():
-    from commbench.sampling import Interlude
+    from commbench.measure.sampling import Interlude
 
     runs = []
     interlude = Interlude(3, lambda: runs.append(interlude.since))

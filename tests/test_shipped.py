@@ -1,7 +1,7 @@
 """Sweep files and model presets by bare name, from the source tree or an installed wheel's data."""
 
+from commbench.core.shipped import configs_dir, shipped_file, shipped_names
 from commbench.patterns.models import load_model, preset_names
-from commbench.shipped import configs_dir, shipped_file, shipped_names
 
 
 def test_bare_names_find_the_shipped_files():

@@ -1,7 +1,7 @@
 import pytest
 
+from commbench.core.sizes import format_size, parse_size, parse_sizes
 from commbench.errors import UsageError
-from commbench.sizes import format_size, parse_size, parse_sizes
 
 
 def test_units_are_powers_of_1024():

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from commbench.backends.torch_dist import TorchDistBackend
+from commbench.core.sizes import parse_duration
 from commbench.errors import UsageError
-from commbench.output import NullOutput
-from commbench.results import Row
-from commbench.soak import parse_duration, repeat_until, soak_lines, time_spikes
+from commbench.results.model import Row
+from commbench.results.passes import soak_lines, time_spikes
+from commbench.running.soak import repeat_until
+from commbench.writers.output import NullOutput
 from tests.dist_helpers import commbench, run_ranks
 
 

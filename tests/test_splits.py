@@ -2,8 +2,7 @@
 
 import pytest
 
-from commbench.errors import UsageError
-from commbench.splits import (
+from commbench.core.splits import (
     check_element_sizes,
     check_world_size,
     chunk_counts,
@@ -11,6 +10,7 @@ from commbench.splits import (
     parse_splits,
     spread_weight,
 )
+from commbench.errors import UsageError
 from tests.dist_helpers import commbench
 
 

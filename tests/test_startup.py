@@ -54,7 +54,7 @@ def test_a_launcher_that_spawns_ranks_does_not_import_torch(args, tmp_path):
     json_path = tmp_path / "run.json"
     returncode, modules = _imported_modules(*args, "--nproc", "2", "--quiet", "--json", str(json_path),
                                             "--csv", str(tmp_path / "run.csv"))
-    assert returncode == 0 and "commbench.spawn" in modules
+    assert returncode == 0 and "commbench.running.spawn" in modules
     assert _no_torch(modules)
     assert json.loads(json_path.read_text())["rows"]  # the ranks did the work
 
@@ -65,6 +65,6 @@ def test_a_replay_launcher_does_not_import_torch(tmp_path, recordings):
     files = ["--json", str(json_path), "--csv", str(tmp_path / "r.csv")]
     returncode, modules = _imported_modules("replay", str(ddp), "--select", "last:1", "--iters", "1",
                                             "--quiet", *files)
-    assert returncode == 0 and "commbench.spawn" in modules
+    assert returncode == 0 and "commbench.running.spawn" in modules
     assert _no_torch(modules)
     assert json.loads(json_path.read_text())["rows"]

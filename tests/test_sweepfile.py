@@ -7,9 +7,11 @@ from pathlib import Path
 import click
 import pytest
 
-from commbench.cli import command_line_configs, main, run, sweep
-from commbench.config import LAUNCH_FIELDS, RUN_FIELDS, RunConfig
-from commbench.sweepfile import field_keys
+from commbench.cli import main
+from commbench.cli.run import command_line_configs, run, sweep
+from commbench.config.launch import LAUNCH_FIELDS
+from commbench.config.sweep import RUN_FIELDS, RunConfig
+from commbench.config.sweepfile import field_keys
 from tests.dist_helpers import ROOT, commbench
 
 
@@ -79,7 +81,7 @@ def test_every_runconfig_field_and_run_option_is_a_key():
     assert {*RUN_FIELDS, *LAUNCH_FIELDS} - {"argv"} <= set(keys)
     spelled = {opt[2:] for param in run.params if isinstance(param, click.Option) for opt in param.opts
                if opt.startswith("--")} - {"config"}
-    from commbench.cli import sweep_file_aliases
+    from commbench.cli.run import sweep_file_aliases
 
     assert spelled <= set(field_keys(sweep_file_aliases(run)))
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.collectives.base import Buffers, Collective, Expected, Layout, register, unit_factor
-from commbench.config import resolve, run_config
-from commbench.output import NullOutput
-from commbench.runner import run_sweep
+from commbench.config.sweep import resolve, run_config
+from commbench.measure.collectives.base import Buffers, Collective, Expected, Layout, register, unit_factor
+from commbench.running.runner import run_sweep
+from commbench.writers.output import NullOutput
 from tests.dist_helpers import run_ranks
 
 pytestmark = pytest.mark.processes

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from commbench.core.groups import format_ranks
 from commbench.errors import RunError, brief
-from commbench.groups import format_ranks
 
 # Waiting polls the store (a blocking wait would log a warning every time it times out): fast at first,
 # since ranks usually arrive within a millisecond of each other, then slowly so as not to load the store.

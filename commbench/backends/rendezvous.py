@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from commbench.backends.coordination import Coordinator, connect, key_prefix
 from commbench.backends.waiting import Waiter
-from commbench.devices import accepted_options
+from commbench.core.devices import accepted_options
 from commbench.errors import RunError, brief
 
 # NCCL's watchdog ends a collective that runs past the communicator's timeout by tearing the process

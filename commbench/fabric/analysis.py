@@ -21,18 +21,15 @@ from commbench.fabric.matrices import (
     pair_values,
 )
 from commbench.fabric.outliers import (
-    BANDWIDTH,
     DEFAULT_SLOW_FACTOR,
-    LATENCY,
-    MAD_TO_SIGMA,
     MIN_JUDGED,
-    SIGMAS,
     Judged,
     Suspect,
     drain_list,
     find_suspects,
 )
-from commbench.results import Row
+from commbench.measure.robust import BANDWIDTH, LATENCY, MAD_TO_SIGMA, SIGMAS
+from commbench.results.model import Row
 
 
 @dataclass

@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
-from commbench.config import LAUNCH_FIELDS, LaunchConfig
+from commbench.config.launch import LAUNCH_FIELDS, LaunchConfig
+from commbench.core.sizes import parse_size
 from commbench.errors import UsageError
 from commbench.fabric.config import FabricConfig, Outcome, available_host_bytes, memory_problem
-from commbench.sizes import parse_size
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -44,8 +44,8 @@ def fabric_command(launch_options: Decorator, soak_options: Decorator) -> click.
     def fabric(ctx: click.Context, size: str, latency_size: str, duration_s: str | None,
                **options: Any) -> int:
         """Every pair of ranks both ways (bandwidth and latency), host by host: the slow GPU, link or node."""
+        from commbench.core.sizes import parse_duration
         from commbench.fabric.config import resolve_fabric
-        from commbench.soak import parse_duration
 
         launch_values = {name: options.pop(name) for name in LAUNCH_FIELDS if name in options}
         duration = None if duration_s is None else parse_duration(duration_s)
@@ -58,19 +58,19 @@ def fabric_command(launch_options: Decorator, soak_options: Decorator) -> click.
 
 
 def launch_fabric(config: FabricConfig, environ: Mapping[str, str] | None = None) -> int:
-    """The launch glue, the one place fabric meets commbench.launch: refuse buffers that cannot fit
+    """The launch glue, the one place fabric meets commbench.running.launch: refuse buffers that cannot fit
     before spawning local ranks (launch checks the world), run run_fabric on the ranks (spawned, or
     this one of a launched job), and exit 1 when --fail-on-outlier is set and the ranks named suspects."""
-    from commbench import launch
-    from commbench.launch import deferred
+    from commbench.running.launch import deferred, launch
+    from commbench.running.launcher import detect
 
     environ = os.environ if environ is None else environ
     setup = config.launch
-    if launch.detect(environ, setup.backend) is None and setup.device == "cpu":
+    if detect(environ, setup.backend) is None and setup.device == "cpu":
         problem = memory_problem(config, setup.nproc, available_host_bytes())  # they share this host
         if problem is not None:
             raise UsageError(problem)
     outcome = Outcome()
     work = deferred("commbench.fabric.run", "run_fabric", outcome=outcome)
-    status = launch.launch([config], work, environ)
+    status = launch([config], work, environ)
     return 1 if status == 0 and config.fail_on_outlier and outcome.suspects else status

@@ -1,6 +1,6 @@
 """`commbench fabric`'s configuration, and what can be checked of it before measuring.
 
-FabricConfig nests the LaunchConfig every benchmark has (config.py) and is a config.Benchmark:
+FabricConfig nests the LaunchConfig every benchmark has (config/launch.py) and is a config.Benchmark:
 resolve_fabric checks what needs no world (values, combinations, and the launch settings through
 resolve_launch) before anything starts; check_world what needs the world size (launch calls it before
 spawning and on every rank), and memory_problem whether a rank's buffers fit. Each problem is one
@@ -9,12 +9,12 @@ UsageError (exit status 2).
 
 from dataclasses import dataclass, field, replace
 
-from commbench.config import LaunchConfig, check_count, resolve_launch
+from commbench.config.launch import LaunchConfig, check_count, resolve_launch
+from commbench.core.sizes import format_size
 from commbench.errors import UsageError
 from commbench.fabric.matrices import KIND
 from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
 from commbench.fabric.schedule import check_sample
-from commbench.sizes import format_size
 
 DEFAULT_SIZE = 64 * 2**20
 DEFAULT_LATENCY_SIZE = 8

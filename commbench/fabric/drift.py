@@ -17,15 +17,8 @@ from commbench.fabric.matrices import (
     pass_values,
     row_value,
 )
-from commbench.fabric.outliers import (
-    BANDWIDTH,
-    LATENCY,
-    Metric,
-    is_slow,
-    relative,
-    robust_spread,
-)
-from commbench.results import Row
+from commbench.measure.robust import BANDWIDTH, LATENCY, Metric, is_slow, relative, robust_spread
+from commbench.results.model import Row
 
 MIN_PASSES = 3  # fewer passes give a pair no median of its own to compare with
 

@@ -10,11 +10,11 @@ spikes in colour, so a flaky link stands out from the fabric's drift.
 import math
 from typing import Any
 
+from commbench.core.groups import ranks_by_host
 from commbench.fabric.analysis import FabricAnalysis
 from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, pair_series, pass_values, row_value
-from commbench.fabric.outliers import BANDWIDTH, LATENCY, Metric
-from commbench.groups import ranks_by_host
-from commbench.results import Row
+from commbench.measure.robust import BANDWIDTH, LATENCY, Metric
+from commbench.results.model import Row
 
 MAX_RANK_LABELS = 64  # more ranks than this: host names only
 MAX_LABELLED_SPIKES = 6
@@ -89,8 +89,8 @@ def _drift_panel(axes: Any, rows: list[Row], analysis: FabricAnalysis) -> None:
 
 
 def heatmap_figure(analysis: FabricAnalysis, rows: list[Row], title: str) -> Any:
-    """The figure for one fabric result; needs matplotlib (commbench.plot.require_matplotlib)."""
-    from commbench.plot import require_matplotlib
+    """The figure for one fabric result; needs matplotlib (commbench.analysis.plot.require_matplotlib)."""
+    from commbench.analysis.plot import require_matplotlib
 
     pyplot = require_matplotlib()
     soak = len(analysis.passes) > 1

@@ -15,8 +15,8 @@ left out) are None.
 import statistics
 from dataclasses import dataclass
 
-from commbench.groups import ranks_by_host
-from commbench.results import Row
+from commbench.core.groups import ranks_by_host
+from commbench.results.model import Row
 
 KIND = "fabric"  # Row.pattern of every fabric row; how plot, report and compare recognise a fabric run
 BANDWIDTH_COLLECTIVE = "p2p_uni"

@@ -25,19 +25,19 @@ from typing import Any
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.collectives import REGISTRY
+from commbench.core.groups import ranks_by_host
+from commbench.core.sizes import format_size
 from commbench.errors import Terminated, UsageError, brief, failures_named
 from commbench.fabric.config import FabricConfig, available_host_bytes, memory_problem
 from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, KIND, LATENCY_COLLECTIVE
 from commbench.fabric.schedule import Round, Schedule
-from commbench.groups import ranks_by_host
-from commbench.output import Output
-from commbench.results import Row
-from commbench.rows import make_row
-from commbench.runner import Session
-from commbench.sampling import Sampled
-from commbench.sizes import format_size
-from commbench.timing import BoundOp, time_sync, warm_up
+from commbench.measure.collectives import REGISTRY
+from commbench.measure.sampling import Sampled
+from commbench.measure.timing import BoundOp, time_sync, warm_up
+from commbench.results.model import Row
+from commbench.results.rows import make_row
+from commbench.running.runner import Session
+from commbench.writers.output import Output
 
 PHASES = ("first to second", "second to first", "ping led by first", "ping led by second")
 LATENCY_ITERS_PER_ITER = 5  # small messages are cheap, and their times noisier

@@ -26,60 +26,26 @@ With 2 hosts every inter-node pair touches both, so no host can be told from the
 name the link between them. The drain list is the hosts named and the hosts of the ranks named.
 """
 
-import math
 import statistics
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from commbench.core.groups import ranks_by_host
 from commbench.fabric.matrices import INTER, INTRA, NodeResult, pair_class
-from commbench.groups import ranks_by_host
+from commbench.measure.robust import (
+    BANDWIDTH,
+    LATENCY,
+    Metric,
+    as_bandwidth,
+    is_slow,
+    relative,
+    robust_spread,
+)
 
 DEFAULT_SLOW_FACTOR = 2.0  # --slow-factor: the minimum relative gap
-MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 MADs
-SIGMAS = 4.0  # how far from the median, in scaled MADs, an outlier must be
 MIN_JUDGED = 3  # fewer peers than this: nothing is judged
 MIN_COUNTERPARTS = 2  # a host or rank is scored only on measurements with at least this many others
 Values = dict[tuple[int, int], float]
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str  # bandwidth or latency
-    unit: str
-    higher_is_better: bool
-    digits: int
-
-
-BANDWIDTH = Metric("bandwidth", "GB/s", True, 3)
-LATENCY = Metric("latency", "µs", False, 1)
-
-
-def _log(value: float) -> float:
-    return math.log(max(value, 1e-30))  # a bandwidth of 0 is as slow as can be, not an error
-
-
-def robust_spread(values: list[float]) -> tuple[float, float]:
-    """(median, 1.4826 x the median of |ln(value / median)|): the centre and spread of the rule."""
-    median = statistics.median(values)
-    return median, MAD_TO_SIGMA * statistics.median(abs(_log(value) - _log(median)) for value in values)
-
-
-def is_slow(value: float, median: float, log_sigma: float, metric: Metric, factor: float) -> bool:
-    """The rule of the module docstring for one value against its peers' median and log spread."""
-    distance = _log(value) - _log(median)
-    if metric.higher_is_better:
-        distance = -distance
-    return distance >= max(SIGMAS * log_sigma, math.log(factor)) - 1e-12  # exactly F x off counts
-
-
-def relative(value: float, median: float) -> float:
-    """How many times the median a value is (bandwidth 0.2: a fifth; latency 4: four times)."""
-    return value / median if median > 0 else 1.0
-
-
-def as_bandwidth(ratio: float, metric: Metric) -> float:
-    """A ratio on one scale, lower worse: latency's is inverted."""
-    return ratio if metric.higher_is_better else 1.0 / ratio if ratio > 0 else 1.0
 
 
 def outlying(scores: dict[Hashable, float], metric: Metric, factor: float) -> dict[Hashable, float]:

@@ -13,8 +13,10 @@ import sys
 from functools import partial
 
 from commbench.backends.base import Backend
+from commbench.core.sizes import format_size
 from commbench.fabric.analysis import FabricAnalysis, analyse
-from commbench.fabric.config import KIND, FabricConfig, Outcome
+from commbench.fabric.config import FabricConfig, Outcome
+from commbench.fabric.kind import FABRIC  # its rows print as matrices and a verdict
 from commbench.fabric.measure import (
     FabricContext,
     allocate_buffers,
@@ -23,11 +25,10 @@ from commbench.fabric.measure import (
     node_groups,
 )
 from commbench.fabric.schedule import make_schedule, pack_rounds
-from commbench.output import Output
-from commbench.results import Row
-from commbench.runner import Session
-from commbench.sizes import format_size
-from commbench.soak import repeat_until
+from commbench.results.model import Row
+from commbench.running.runner import Session
+from commbench.running.soak import repeat_until
+from commbench.writers.output import Output
 
 
 def _summary(ctx: FabricContext) -> str:
@@ -43,7 +44,7 @@ def _summary(ctx: FabricContext) -> str:
 
 def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, session: Session,
                outcome: Outcome | None = None) -> list[Row]:
-    """The work launch runs on every rank (commbench.launch.Work); every row, stamped."""
+    """The work launch runs on every rank (commbench.running.launch.Work); every row, stamped."""
     (config,) = configs
     hostnames = list(session.hostnames)
     buffers = allocate_buffers(backend, config, hostnames)
@@ -59,7 +60,7 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
 
     def publish(rows: list[Row]) -> None:
         if backend.rank == 0:
-            output.section(KIND, analyse(rows, hostnames, config.slow_factor).to_dict())
+            output.section(FABRIC.name, analyse(rows, hostnames, config.slow_factor).to_dict())
 
     rows = repeat_until(config.launch.duration_s, partial(fabric_pass, ctx), output, backend,
                         after_pass=publish, passes=config.launch.passes)

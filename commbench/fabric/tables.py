@@ -12,11 +12,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from commbench.console import TextTable, print_table
+from commbench.core.sizes import format_size
 from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
-from commbench.fabric.outliers import BANDWIDTH, LATENCY, Metric
-from commbench.results import Row
-from commbench.sizes import format_size
+from commbench.measure.robust import BANDWIDTH, LATENCY, Metric
+from commbench.results.model import Row
+from commbench.writers.console import TextTable, print_table
 
 MAX_RANK_COLUMNS = 32
 MAX_SLOW_SHOWN = 10

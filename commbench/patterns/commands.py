@@ -1,7 +1,7 @@
 """The `commbench pattern` commands: fsdp, and the activation patterns tp, moe, pp and 3d.
 
-Every option has a full long name that is not a prefix of a torchrun option (see cli.py). Importing this
-module does not import torch: a command imports its pattern when it runs.
+Every option has a full long name that is not a prefix of a torchrun option (see cli/options.py).
+Importing this module does not import torch: a command imports its pattern when it runs.
 """
 
 from collections.abc import Callable
@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from commbench.config import LAUNCH_FIELDS, LaunchConfig, parse_list
+from commbench.config.launch import LAUNCH_FIELDS, LaunchConfig
+from commbench.config.sweep import parse_list
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -103,8 +104,8 @@ _COMPUTE = click.option("--compute-size", type=int, default=0, show_default=True
 def fsdp(ctx: click.Context, buckets: str, fsdp_version: str, **options: Any) -> int:
     """One FSDP2 or FSDP1 training step, as torch issues it: all-gathers, padded reduce-scatters,
     bucketing, and (--overlap) their overlap with compute."""
-    from commbench.launch import deferred, launch
     from commbench.patterns.fsdp_config import FsdpConfig, resolve_fsdp
+    from commbench.running.launch import deferred, launch
 
     config = FsdpConfig(launch=_launch_config(ctx, options), buckets=parse_list(buckets) or [buckets],
                         fsdp_version=int(fsdp_version), **options)
@@ -172,8 +173,8 @@ def pattern_group(launch_options: Decorator) -> click.Group:
 
 
 def _run_parallel(ctx: click.Context, pattern: str, options: dict[str, Any]) -> int:
-    from commbench.launch import deferred, launch
     from commbench.patterns.parallel import ParallelConfig, resolve_parallel
+    from commbench.running.launch import deferred, launch
 
     config = ParallelConfig(launch=_launch_config(ctx, options), pattern=pattern, **options)
     work = deferred("commbench.patterns.parallel_run", "run_parallel")

@@ -12,12 +12,12 @@ import torch
 
 from commbench.backends.base import Backend
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.dtypes import torch_dtype
+from commbench.core.dtypes import torch_dtype
 from commbench.errors import failures_named
-from commbench.output import Output
 from commbench.patterns.fsdp_check import FsdpChecker, run_check
 from commbench.patterns.fsdp_config import PATTERN, FsdpConfig, resolve_fsdp  # noqa: F401 (the pattern's names)
 from commbench.patterns.fsdp_step import FsdpStep, ShardState, StepOptions
+from commbench.patterns.kind import PATTERN_KINDS  # noqa: F401 - its rows' tables on the console
 from commbench.patterns.measure import StepRun, measure_breakdown, measure_overlap, step_dry
 from commbench.patterns.models import load_model
 from commbench.patterns.schedule import Label
@@ -29,8 +29,9 @@ from commbench.patterns.sharding import (
     parse_buckets,
     shard_model,
 )
-from commbench.results import Row
-from commbench.runner import Session
+from commbench.results.model import Row
+from commbench.running.runner import Session
+from commbench.writers.output import Output
 
 
 @dataclass(frozen=True)

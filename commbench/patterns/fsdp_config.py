@@ -3,8 +3,8 @@ validates a command line without importing torch."""
 
 from dataclasses import dataclass, field, replace
 
-from commbench.config import LaunchConfig, resolve_launch
-from commbench.dtypes import canonical_dtype
+from commbench.config.launch import LaunchConfig, resolve_launch
+from commbench.core.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.patterns.models import load_model
 from commbench.patterns.sharding import FSDP_VERSIONS, is_power_of_two, parse_buckets

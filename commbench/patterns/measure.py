@@ -1,7 +1,7 @@
 """Measuring a pattern's step: timed steps, per-collective breakdowns and overlap with compute, as rows.
 
-Every row comes from commbench.rows.make_row, like a sweep's: its samples are the max over ranks of each
-timed step's value (a collective group's time in a step is the sum of its collectives), and a row's
+Every row comes from commbench.results.rows.make_row, like a sweep's: its samples are the max over ranks of
+each timed step's value (a collective group's time in a step is the sum of its collectives), and a row's
 bus-bandwidth factor is the registry's for its collective (a whole step's: its collectives' shared
 factor, (n-1)/n for all-gathers and reduce-scatters). Ranks may issue different collectives (a pipeline's
 stages, a router's uneven splits): rows are the union of every rank's (collective, unit, phase, group)
@@ -17,14 +17,14 @@ import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.errors import RunError
+from commbench.measure.sampling import Sampled
+from commbench.measure.stats import summarize
+from commbench.measure.timing import make_timer
 from commbench.patterns import overlap as overlap_math
 from commbench.patterns.schedule import ASYNC, DRY, SYNC, Issuer, Label, busbw_factor
 from commbench.provenance.verdicts import RowContext
-from commbench.results import Row
-from commbench.rows import make_row
-from commbench.sampling import Sampled
-from commbench.stats import summarize
-from commbench.timing import make_timer
+from commbench.results.model import Row
+from commbench.results.rows import make_row
 
 _NO_WORK = CollectiveArgs(input=None, output=None)  # finishing a step's timer waits on nothing more
 PartKey = tuple[str, str, str, str]  # collective, unit, phase, group

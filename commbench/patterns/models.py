@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
+from commbench.core.shipped import configs_dir, shipped_file
 from commbench.errors import UsageError, did_you_mean
-from commbench.shipped import configs_dir, shipped_file
 
 _UNIT_KEYS = ("name", "params", "repeat", "root")
 _TOP_KEYS = ("name", "description", "dims", "units")

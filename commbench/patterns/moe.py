@@ -26,7 +26,7 @@ import torch
 from commbench.backends.base import CollectiveArgs
 from commbench.patterns.parallel import GroupInfo
 from commbench.patterns.schedule import DRY, Issuer, Label, dtype_name
-from commbench.results import Row
+from commbench.results.model import Row
 
 _INT64 = 8
 

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from commbench.config import LaunchConfig, check_count, resolve_launch
-from commbench.dtypes import canonical_dtype
+from commbench.config.launch import LaunchConfig, check_count, resolve_launch
+from commbench.core.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.patterns.models import ModelSpec, load_model
 

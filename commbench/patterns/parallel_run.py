@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from commbench.backends.base import Backend
-from commbench.dtypes import torch_dtype
+from commbench.core.dtypes import torch_dtype
+from commbench.core.sizes import format_size
 from commbench.errors import failures_named
-from commbench.output import Output
+from commbench.patterns.kind import PATTERN_KINDS  # noqa: F401 - its rows' tables on the console
 from commbench.patterns.measure import Breakdown, Step, StepRun, measure_breakdown, step_dry
 from commbench.patterns.models import ModelSpec, load_model
 from commbench.patterns.moe import MoeStep, Router, imbalance_rows
@@ -28,9 +29,9 @@ from commbench.patterns.threed import (
 )
 from commbench.patterns.tp import TensorParallel, TpShape, TpStep
 from commbench.patterns.verify import CollectiveChecker, agree_on_check
-from commbench.results import Row
-from commbench.runner import Session
-from commbench.sizes import format_size
+from commbench.results.model import Row
+from commbench.running.runner import Session
+from commbench.writers.output import Output
 
 Extras = Callable[[StepRun, Breakdown], tuple[list[Row], list[str]]]
 

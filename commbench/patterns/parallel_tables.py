@@ -9,7 +9,7 @@
 
 from rich.table import Table
 
-from commbench.results import Row
+from commbench.results.model import Row
 
 LEFT = ("group", "unit", "phase", "collective", "part")
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
+from commbench.measure.stats import summarize
 from commbench.patterns.measure import Breakdown
 from commbench.patterns.overlap import MatmulKernel
 from commbench.patterns.parallel import GroupInfo
 from commbench.patterns.schedule import Issuer, Label, dtype_name
-from commbench.results import Row
-from commbench.stats import summarize
+from commbench.results.model import Row
 
 FORWARD, BACKWARD = "forward", "backward"
 PAIR_PHASE = "1f1b"  # a steady-state exchange: one direction's activation, the other's gradient

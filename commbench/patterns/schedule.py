@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.collectives import REGISTRY
-from commbench.collectives.base import unit_factor
+from commbench.core.sizes import format_size
 from commbench.errors import RunError, failures_named
-from commbench.sizes import format_size
-from commbench.timing import Timer
+from commbench.measure.collectives import REGISTRY
+from commbench.measure.collectives.base import unit_factor
+from commbench.measure.timing import Timer
 
 T = TypeVar("T")
 

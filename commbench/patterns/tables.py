@@ -10,10 +10,10 @@ activation patterns' are in parallel_tables.py, these are FSDP's.
 
 from rich.table import Table
 
+from commbench.measure.stats import summarize
 from commbench.patterns.parallel import PATTERNS
 from commbench.patterns.parallel_tables import parallel_tables
-from commbench.results import Row
-from commbench.stats import summarize
+from commbench.results.model import Row
 
 FLUSH_LABEL = "(end of backward)"
 

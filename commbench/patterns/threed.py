@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from commbench.backends.base import CollectiveArgs
+from commbench.measure.sampling import Sampled
 from commbench.patterns.measure import Breakdown, StepRun, step_totals
 from commbench.patterns.models import ModelSpec
 from commbench.patterns.parallel import GroupInfo
@@ -27,8 +28,7 @@ from commbench.patterns.pp import BACKWARD, FORWARD, Action, PipelineLink, Timed
 from commbench.patterns.schedule import Issuer, Label, dtype_name
 from commbench.patterns.sharding import dim0_chunk, fsdp_reduction
 from commbench.patterns.tp import TensorParallel
-from commbench.results import Row
-from commbench.sampling import Sampled
+from commbench.results.model import Row
 
 GROUPS = ("tp", "pp", "dp")
 

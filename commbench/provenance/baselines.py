@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
+from commbench.core.shipped import configs_dir
+from commbench.core.sizes import parse_size
 from commbench.errors import UsageError, did_you_mean
-from commbench.shipped import configs_dir
-from commbench.sizes import parse_size
 
 PASS_PCT = 90.0  # a row at or above this % of its expected busbw passes ...
 WARN_PCT = 75.0  # ... at or above this it warns, below it fails (--fail-below moves this line)

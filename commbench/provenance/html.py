@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from commbench.provenance.describe import cpu_text, gpu_text, memory_text, network_text
-from commbench.results import Row
+from commbench.results.model import Row
 
 
 def _table(caption: str, columns: list[str], rows: list[list[str]]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from commbench.provenance.baselines import Baseline
 from commbench.provenance.nccl_debug import NcclLogReader
 from commbench.provenance.peaks import Peak
-from commbench.results import Row
+from commbench.results.model import Row, describe_row
 
 VERDICTS = ("PASS", "WARN", "FAIL")
 
@@ -48,6 +48,9 @@ class RowContext:
     peak: Peak | None = None
     judging: Judging = Judging()
     nccl: NcclLogReader | None = None  # rank 0 with --nccl-debug
+
+    def annotate(self, row: Row) -> Row:
+        return annotate_row(row, self)
 
 
 def expected_busbw(row: Row, baseline: Baseline) -> float | None:
@@ -113,8 +116,6 @@ def judged_summary(rows: list[Row], judging: Judging) -> dict[str, Any]:
 
 
 def _describe_fail(row: Row, judging: Judging) -> str:
-    from commbench.rows import describe_row  # rows imports this module
-
     reference = _reference(row) or 0.0
     what = "expected" if judging.baseline is not None else "peak"
     busbw = row.busbw_gbps or 0.0

@@ -7,7 +7,7 @@ input stops before any process group starts, and the ranks then check that they 
 
 from dataclasses import dataclass, field, replace
 
-from commbench.config import LaunchConfig, check_count, resolve_launch
+from commbench.config.launch import LaunchConfig, check_count, resolve_launch
 from commbench.errors import UsageError
 from commbench.replay.loading import load_trace
 from commbench.replay.mapping import ReplayPlan, map_trace
@@ -55,7 +55,7 @@ def resolve_replay(config: ReplayConfig) -> ReplayConfig:
 def launch_replay(config: ReplayConfig) -> int:
     """The one place a replay reaches the ranks: spawned locally or as a launched rank, each running
     run_replay once its process group is up."""
-    from commbench.launch import deferred, launch
+    from commbench.running.launch import deferred, launch
 
     return launch([config], deferred("commbench.replay.run", "run_replay"))
 

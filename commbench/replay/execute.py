@@ -18,14 +18,15 @@ from functools import partial
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
-from commbench.check import CheckValues, compare
-from commbench.collectives import REGISTRY, Buffers, Layout
-from commbench.dtypes import known_dtypes
+from commbench.core.dtypes import known_dtypes
+from commbench.core.sizes import format_size
 from commbench.errors import RunError, Terminated, UsageError, brief
+from commbench.measure.check import compare
+from commbench.measure.collectives import REGISTRY, Buffers, Layout
+from commbench.measure.timing import Timer, make_timer
+from commbench.measure.values import CheckValues
 from commbench.replay.mapping import ReplayOp, ReplayPlan
 from commbench.replay.model import Shape
-from commbench.sizes import format_size
-from commbench.timing import Timer, make_timer
 
 _NO_WORK = CollectiveArgs(input=None, output=None)
 

@@ -17,8 +17,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from commbench.collectives import REGISTRY
-from commbench.dtypes import element_size
+from commbench.core.dtypes import element_size
+from commbench.measure.collectives import REGISTRY
 from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace, numel
 
 COLLECTIVE_OF = {

@@ -16,9 +16,9 @@ import torch
 
 from commbench.backends.base import Backend
 from commbench.errors import UsageError
+from commbench.measure.timing import make_timer
 from commbench.replay.execute import GapClock, Step, run_pass
 from commbench.replay.loading import PROFILER, load_plain_pickle
-from commbench.timing import make_timer
 
 
 def _flight_recorder_dump() -> dict:

@@ -1,4 +1,4 @@
-"""Rows of a replay, through the one row builder (commbench.rows): one per row key (group, collective,
+"""Rows of a replay, through the one row builder (commbench.results.rows): one per row key (group, collective,
 dtype, elements per rank, root; for point-to-point the ordered pair of ranks), and two per pass.
 
 Definitions (docs/replay.md): a key's samples are its operations' times, one per operation and pass,
@@ -12,13 +12,13 @@ mean recorded duration of the key's operations where the recording measured them
 
 from dataclasses import dataclass
 
-from commbench.collectives import REGISTRY
+from commbench.measure.collectives import REGISTRY
+from commbench.measure.sampling import Sampled
 from commbench.replay.execute import RankTimes
 from commbench.replay.mapping import ReplayOp, ReplayPlan
 from commbench.replay.model import PATTERN
-from commbench.results import Row
-from commbench.rows import make_row
-from commbench.sampling import Sampled
+from commbench.results.model import Row
+from commbench.results.rows import make_row
 
 PASS = "pass"
 

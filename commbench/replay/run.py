@@ -6,15 +6,16 @@ import hashlib
 
 from commbench.backends.base import Backend
 from commbench.errors import RunError, UsageError, brief
-from commbench.output import Output
 from commbench.replay.command import ReplayConfig, load_selected, mapped_plan
 from commbench.replay.execute import check_pass, prepare, time_passes
+from commbench.replay.kind import REPLAY  # noqa: F401 - its rows print no table: the summary stands for it
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
 from commbench.replay.record import record_pass
 from commbench.replay.rows import RowContext, build_rows
 from commbench.replay.summary import summary_lines
-from commbench.results import Row
+from commbench.results.model import Row
+from commbench.writers.output import Output
 
 
 def _digest(trace: Trace) -> str:

@@ -5,11 +5,11 @@ A row's share is its p50 time per operation times its operations per pass, over 
 summed over every operation row.
 """
 
+from commbench.core.sizes import format_size
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
 from commbench.replay.rows import PASS
-from commbench.results import Row
-from commbench.sizes import format_size
+from commbench.results.model import Row
 
 TOP = 5
 

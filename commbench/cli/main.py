@@ -1,0 +1,78 @@
+"""The command line's entry: the `commbench` group (`run` is the default command), its commands, and
+``main``, which maps errors to exit statuses: 0 ok, 1 a failed run, 2 bad input, 128 + N on signal N.
+
+This module composes the application: it adds each command and imports the result kinds the features
+register (how fabric's, the patterns' and replay's rows show; results/kinds.py), so the console, plot,
+report and compare find them without importing a feature.
+"""
+
+import sys
+
+import click
+
+from commbench import __version__
+from commbench.cli.options import launch_options, soak_options
+from commbench.cli.run import run, sweep
+from commbench.cli.saved import compare, plot, report
+from commbench.cli.tools import env_command, list_command, replay
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
+from commbench.fabric.command import fabric_command
+from commbench.fabric.kind import FABRIC
+from commbench.patterns.commands import pattern_group
+from commbench.patterns.kind import PATTERN_KINDS
+from commbench.replay.kind import REPLAY
+
+BUILTIN_KINDS = (FABRIC, *PATTERN_KINDS, REPLAY)
+
+
+class DefaultGroup(click.Group):
+    """A group whose first argument, when it is not a command name, starts the default `run`."""
+
+    default_command = "run"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["--help", "-h"]})
+@click.version_option(__version__, "--version", prog_name="commbench")
+def cli() -> None:
+    """Collective-communication benchmark for PyTorch distributed.
+
+    Without a command, runs a benchmark (the `run` command): `commbench --collective all_reduce`.
+    """
+
+
+for command in (run, sweep, compare, plot, report, env_command, replay, list_command):
+    cli.add_command(command)
+# The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns, fabric's in fabric/command.py;
+# they share the launch options.
+cli.add_command(pattern_group(launch_options))
+cli.add_command(fabric_command(launch_options, soak_options))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: returns the exit status (0 ok, 1 failed run, 2 bad input, 128+N on signal N)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})
+    except click.ClickException as exc:
+        print(f"commbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except RunError as exc:
+        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except (Terminated, AlreadyReported) as exc:
+        return exc.exit_code
+    except (KeyboardInterrupt, click.Abort):
+        return 130
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,45 @@
+"""The commands on saved results: compare, plot and report. Each imports its module when it runs, so
+`commbench --help` stays fast; none imports torch.
+"""
+
+import click
+
+from commbench.config.sweep import parse_list
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, metavar="BASE.json NEW.json [MORE.json ...]")
+@click.option("--fail-above", type=float, default=None, metavar="PCT",
+              help="Exit 1 when a significant slowdown exceeds PCT percent (a CI regression gate).")
+@click.option("--significance-level", type=float, default=0.05, show_default=True,
+              help="p-value below which a difference counts as significant (Mann-Whitney U test).")
+@click.option("--markdown", is_flag=True, help="Print Markdown tables instead of console tables.")
+def compare(files: tuple[str, ...], fail_above: float | None, significance_level: float,
+            markdown: bool) -> int:
+    """Compare saved runs row by row: each later file against the first."""
+    from commbench.analysis.compare import compare_command
+
+    return compare_command(list(files), fail_above, significance_level, markdown)
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, metavar="RUN.json [RUN2.json ...]")
+@click.option("--output", "-o", "output_path", default="commbench.png", show_default=True,
+              help="The image to write (.png, .svg or .pdf).")
+@click.option("--collective", default=None, help="Plot only these collectives (comma list).")
+def plot(files: tuple[str, ...], output_path: str, collective: str | None) -> None:
+    """Plot busbw and latency against size for saved runs."""
+    from commbench.analysis.plot import plot_command
+
+    plot_command(list(files), output_path, None if collective is None else parse_list(collective))
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, metavar="RUN.json [RUN2.json ...]")
+@click.option("--output", "-o", "output_path", default="report.html", show_default=True,
+              help="The HTML page to write.")
+def report(files: tuple[str, ...], output_path: str) -> None:
+    """Write one self-contained HTML page: metadata, plots, tables, α-β fits and a comparison."""
+    from commbench.analysis.report import report_command
+
+    report_command(list(files), output_path)

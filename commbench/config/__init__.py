@@ -1,0 +1,2 @@
+"""The configuration: the launch settings every benchmark nests (launch.py), a sweep's RunConfig
+(sweep.py) and sweep files (sweepfile.py), each validated before any process group starts."""

@@ -1,0 +1,91 @@
+"""Message sizes and durations as users type them: sizes 1K:1G, 1K:1G:x4, 1M:64M:+8M, 1K,3K,1M, 4096;
+durations 90s, 10m, 1h30m, 2h.
+
+K, M and G are powers of 1024 (KiB, MiB, GiB); a trailing B or iB is accepted.
+"""
+
+import re
+
+from commbench.errors import UsageError
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """One size in bytes: '4096', '64K', '1.5M', '1GiB'."""
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise UsageError(f"malformed size {text!r}: expected bytes such as 4096, 64K, 1M or 1G")
+    number, unit = match.groups()
+    value = float(number) * _UNITS[unit.upper()]
+    if value != int(value):
+        raise UsageError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_sizes(spec: str) -> list[int]:
+    """A size list or range, in bytes, ascending order kept as the user wrote it for lists."""
+    spec = spec.strip()
+    if not spec:
+        raise UsageError("empty --sizes: give a size such as 1M, a list 1K,4K or a range 1K:1G")
+    if ":" in spec:
+        return _parse_range(spec)
+    sizes = [parse_size(part) for part in spec.split(",") if part.strip()]
+    if not sizes:
+        raise UsageError(f"malformed sizes {spec!r}")
+    return sizes
+
+
+def _parse_range(spec: str) -> list[int]:
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise UsageError(f"malformed size range {spec!r}: expected MIN:MAX, MIN:MAX:xFACTOR or MIN:MAX:+STEP")
+    low, high = parse_size(parts[0]), parse_size(parts[1])
+    if low > high:
+        raise UsageError(f"size range {spec!r}: minimum {parts[0]} is above maximum {parts[1]}")
+    step = parts[2].strip() if len(parts) == 3 else "x2"
+    if step.startswith(("x", "X", "*")):
+        try:
+            factor = float(step[1:])
+        except ValueError:
+            raise UsageError(f"malformed size factor {step!r} in {spec!r}: expected x2, x4, ...") from None
+        if factor <= 1:
+            raise UsageError(f"size factor {step!r} in {spec!r} must be above 1")
+        if low == 0:
+            raise UsageError(f"size range {spec!r} starts at 0 and cannot grow by a factor")
+        sizes, size = [], float(low)
+        while size <= high * (1 + 1e-12):
+            sizes.append(int(round(size)))
+            size *= factor
+        return sizes
+    if step.startswith("+"):
+        increment = parse_size(step[1:])
+        if increment <= 0:
+            raise UsageError(f"size step {step!r} in {spec!r} must be above 0")
+        return list(range(low, high + 1, increment))
+    raise UsageError(f"malformed size step {step!r} in {spec!r}: expected xFACTOR (x2) or +STEP (+8M)")
+
+
+def format_size(num_bytes: int) -> str:
+    """Bytes in the largest power-of-1024 unit that holds them exactly: 1 KiB, 1536 KiB, 1020 B."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if num_bytes >= scale and num_bytes % scale == 0:
+            return f"{num_bytes // scale} {unit}"
+    return f"{num_bytes} B"
+
+
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from '10m', '90s', '1h30m', '2h' or a bare number of seconds; UsageError otherwise."""
+    spec = text.strip().lower()
+    parts = list(_PART_RE.finditer(spec))
+    if not spec or "".join(part.group(0) for part in parts) != spec:
+        raise UsageError(f"--duration {text!r}: expected a time such as 90s, 10m, 1h30m or 2h")
+    seconds = sum(float(part.group(1)) * _UNIT_SECONDS[part.group(2) or "s"] for part in parts)
+    if seconds <= 0:
+        raise UsageError(f"--duration {text!r} must be above 0 seconds")
+    return seconds

@@ -1,0 +1,69 @@
+"""Saved runs as pandas DataFrames, the analysis layer: commbench.load returns runs_frame's frame
+(docs/python-api.md).
+
+Invariants: one DataFrame row per saved Row, in the order the files were given and then the order the
+rows were written; the columns are every Row field (ROW_COLUMNS), typed from Row's annotations (a
+missing optional number is NaN, a missing optional count <NA>, the per-sample and per-rank lists are
+object columns of Python lists), then the run's metadata (RUN_COLUMNS). Files of older versions load with
+Row's defaults (saved.load_run). compare, plot, report and the α-β fit group and join these frames;
+nothing here imports torch.
+"""
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from commbench.results.model import Row
+from commbench.results.saved import ROW_KINDS, SavedRun
+
+ROW_COLUMNS = list(ROW_KINDS)
+# Row fields by kind: pandas' own dtypes for the scalars; lists stay Python lists (object).
+ROW_DTYPES = {name: {int: "Int64" if optional else "int64", float: "float64", str: str}[kind]
+              for name, (kind, optional) in ROW_KINDS.items() if kind is not list}
+RUN_COLUMNS = ["run_id", "path", "status", "started_at", "hosts", "host_count", "launcher",
+               "commbench_version", "torch_version", "python_version", "nccl_version", "cuda_version"]
+RUN_DTYPES = {**dict.fromkeys(RUN_COLUMNS, "object"), "host_count": "Int64"}
+
+
+def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
+    """Rows as a frame with the Row columns only (one run's, or rows still being measured)."""
+    records = [vars(row) for row in rows]
+    return pd.DataFrame.from_records(records, columns=ROW_COLUMNS).astype(ROW_DTYPES)
+
+
+def run_values(run: SavedRun) -> dict[str, Any]:
+    """The run columns of one saved run; None where its file does not say (a CSV without its JSON)."""
+    meta = run.meta
+    hosts = sorted(set(meta.get("hostnames") or []))
+    versions = meta.get("versions") or {}
+    return {"run_id": meta.get("run_id"), "path": str(run.path), "status": meta.get("status"),
+            "started_at": meta.get("started_at"), "hosts": ",".join(hosts) if hosts else None,
+            "host_count": len(hosts) if hosts else None, "launcher": meta.get("launcher"),
+            "commbench_version": meta.get("commbench_version"), "torch_version": meta.get("torch_version"),
+            "python_version": meta.get("python_version"), "nccl_version": versions.get("nccl"),
+            "cuda_version": versions.get("cuda")}
+
+
+def runs_frame(runs: Iterable[SavedRun]) -> pd.DataFrame:
+    """Saved runs' rows, each with its run's columns, as one frame."""
+    parts = []
+    for run in runs:
+        frame = rows_frame(run.rows)
+        for name, value in run_values(run).items():
+            frame[name] = pd.Series([value] * len(frame), index=frame.index, dtype=RUN_DTYPES[name])
+        parts.append(frame)
+    if not parts:
+        return pd.DataFrame(columns=ROW_COLUMNS + RUN_COLUMNS)
+    frame = pd.concat(parts, ignore_index=True)
+    frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, errors="coerce", format="ISO8601")
+    return frame
+
+
+def native(value: Any) -> Any:
+    """A frame cell as the Python value a Row would hold: NaN and <NA> as None, numpy scalars unboxed."""
+    if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if isinstance(value, np.generic) else value

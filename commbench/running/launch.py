@@ -1,0 +1,128 @@
+"""Launch: who am I (torchrun, mpirun, srun, or nobody), and what runs: a launched rank goes on to
+rank.py (start-up, the work, how the run ends); nobody launched us: spawn.py starts local ranks that
+re-run the same command line.
+
+With rank.py, this is where environment variables are read (spawn.py sets them for the ranks it
+starts). It imports no torch: a spawning launcher only checks the command line and starts the ranks,
+which import torch themselves (seconds each).
+"""
+
+import importlib
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from commbench.config.launch import Benchmark, LaunchConfig
+from commbench.errors import UsageError
+from commbench.running.launcher import detect
+from commbench.running.spawn import spawn_local
+
+if TYPE_CHECKING:
+    from commbench.running.rank import Work
+
+
+def deferred(module: str, name: str, **bound: Any) -> "Work":
+    """The work ``module.name`` (called with ``bound`` keyword arguments too), imported on the rank that
+    runs it: work modules import torch, which a launcher that only spawns ranks never needs."""
+
+    def work(*args: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **bound)
+
+    work.__qualname__ = f"{module}.{name}"
+    return work
+
+
+def check_local_launch(benchmarks: Sequence[Benchmark]) -> None:
+    """What the spawner can check before starting ranks."""
+    setup = benchmarks[0].launch
+    for benchmark in benchmarks:
+        benchmark.check_world(setup.nproc)
+    if setup.device == "cuda":
+        import torch
+
+        if setup.nproc > torch.cuda.device_count():
+            raise UsageError(f"--nproc {setup.nproc} needs {setup.nproc} CUDA devices (one per rank); "
+                             f"this machine has {torch.cuda.device_count()}")
+
+
+def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, str] | None = None) -> int:
+    """Run ``work`` over ``benchmarks`` in one process group: as one rank of a launched job, or by
+    spawning local ranks that re-run the same command line."""
+    environ = os.environ if environ is None else environ
+    setup = benchmarks[0].launch
+    info = detect(environ, setup.backend)
+    if info is None:
+        check_local_launch(benchmarks)
+        check_output_location(setup)
+        announce_local_ranks(setup)
+        return spawn_local(setup.argv, setup.nproc)
+    if info.rank == 0:
+        check_output_location(setup)
+    from commbench.running.rank import run_rank
+
+    return run_rank(list(benchmarks), info, environ, work)
+
+
+def announce_local_ranks(setup: LaunchConfig) -> None:
+    """Before the ranks start (seconds, with torch to import): say so to a person at a terminal, and
+    warn when they outnumber the cores they will share, since every time measured then includes
+    waiting for a core."""
+    cores = len(os.sched_getaffinity(0))
+    if setup.device == "cpu" and setup.nproc > cores:
+        print(f"commbench: warning: {setup.nproc} local ranks share {cores} CPU cores, so every time "
+              f"includes waiting for a core; use --nproc {cores} or fewer for meaningful numbers",
+              file=sys.stderr, flush=True)
+    if not setup.quiet and sys.stderr.isatty():
+        print(f"commbench: starting {setup.nproc} local ranks ({setup.backend} on {setup.device})",
+              file=sys.stderr, flush=True)
+
+
+def check_output_location(setup: LaunchConfig) -> None:
+    """UsageError, before any rank starts, when the results cannot be written where asked."""
+    exact = (("--csv", setup.csv_path), ("--json", setup.json_path))
+    files = [(flag, Path(path)) for flag, path in exact if path]
+    for flag, path in files:
+        if path.is_dir():
+            raise UsageError(f"{flag} {path} is a directory: give the file to write")
+    directories = [(flag, path.parent) for flag, path in files]
+    if len(files) < 2:  # a file not given exactly goes under --output-dir
+        directories.append(("--output-dir", Path(setup.output_dir)))
+    for flag, directory in directories:
+        if directory.exists() and not directory.is_dir():
+            raise UsageError(f"{flag}: {directory} is a file, not a directory")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as exc:
+            raise UsageError(f"{flag}: cannot write results in {directory}: {exc.strerror or exc}") from None
+
+
+def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -> int:
+    """`commbench list`: probe the backend on the launched ranks, or on ``setup.nproc`` spawned ones
+    (on CUDA at most one per device)."""
+    environ = os.environ if environ is None else environ
+    info = detect(environ, setup.backend)
+    if info is None:
+        nproc = setup.nproc
+        if setup.device == "cuda":
+            import torch
+
+            nproc = min(nproc, torch.cuda.device_count())
+        return spawn_local(setup.argv, nproc)
+    from commbench.running.probe import print_support, probe_all
+    from commbench.running.rank import start_backend
+    from commbench.writers.console import make_console
+
+    backend = start_backend(setup, info, environ)
+    try:
+        probes = probe_all(backend)
+        if info.rank == 0:
+            print_support(make_console(), probes, backend)
+        backend.barrier()
+    finally:
+        backend.shutdown()
+    return 0

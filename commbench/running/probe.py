@@ -1,0 +1,141 @@
+"""`commbench list`: what the backend supports on this machine, found by running tiny real ops.
+
+Every collective is tried with every dtype (sync, op sum), once in async mode (float32), and every
+reducing collective with every reduce op and dtype: 2 elements per rank, through the same descriptors
+and Backend methods the runner uses. An op is supported when it completes on every rank; the ranks
+agree on each outcome before the next probe, so one refusal cannot leave them out of step.
+"""
+
+from dataclasses import dataclass
+
+from rich.console import Console
+
+from commbench.backends.base import Backend, CollectiveArgs
+from commbench.config.sweep import REDUCE_OPS
+from commbench.core.dtypes import element_size, known_dtypes, torch_dtype
+from commbench.core.splits import DEFAULT_SPLITS, parse_splits
+from commbench.errors import brief
+from commbench.measure.collectives import MODES, REGISTRY, Collective, Layout
+from commbench.writers.console import TextTable, print_table
+
+PROBE_ELEMENTS = 2  # per rank chunk: small enough to be instant, more than one element per rank
+SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "i8",
+               "uint8": "u8", "int32": "i32", "int64": "i64", "float8_e4m3fn": "f8e4m3",
+               "float8_e5m2": "f8e5m2"}
+
+
+@dataclass(frozen=True)
+class Probe:
+    collective: str
+    dtype: str
+    op: str  # '' for collectives that do not reduce
+    mode: str
+    error: str | None  # None: supported; else the first rank's first error line
+
+    @property
+    def supported(self) -> bool:
+        return self.error is None
+
+
+def try_op(backend: Backend, collective: Collective, dtype: str, op: str, mode: str) -> str | None:
+    """None when one tiny op completes on this rank, else its error's first line."""
+    try:
+        n = backend.world_size
+        # v-collectives: uneven counts of about PROBE_ELEMENTS per rank (or pair), from the default spread
+        plan = collective.plan_size(2 * PROBE_ELEMENTS * n * element_size(dtype), n, element_size(dtype),
+                                    parse_splits(DEFAULT_SPLITS))
+        layout = Layout(PROBE_ELEMENTS, n, backend.rank, 0, torch_dtype(dtype), backend.device,
+                        chunk_counts=plan.chunk_counts, pair_counts=plan.pair_counts)
+        buffers = collective.build(layout)
+        for tensor in buffers.tensors():
+            tensor.zero_()
+        args = CollectiveArgs(op=op or "sum", root=0, async_op=mode == "async", **buffers.call_options())
+        collective.issue(backend, args)
+        backend.complete(args)
+    except Exception as exc:  # a refusal is the answer we are looking for
+        return brief(exc)[:160]
+    return None
+
+
+def probe_all(backend: Backend) -> list[Probe]:
+    dtypes = known_dtypes()
+    plan: list[tuple[str, str, str, str]] = []
+    for collective in REGISTRY.values():
+        sum_op = "sum" if collective.reduces else ""
+        for dtype in dtypes if collective.sized else dtypes[:1]:
+            plan.append((collective.name, dtype, sum_op, "sync"))
+        if "async" in collective.modes:  # ping_pong is sync only
+            plan.append((collective.name, dtypes[0], sum_op, "async"))
+        if collective.reduces:
+            plan.extend((collective.name, dtype, op, "sync") for op in REDUCE_OPS if op != "sum"
+                        for dtype in dtypes)
+    found = []
+    for name, dtype, op, mode in plan:
+        errors = backend.all_gather_object(try_op(backend, REGISTRY[name], dtype, op, mode))
+        found.append(Probe(name, dtype, op, mode, next((e for e in errors if e is not None), None)))
+    return found
+
+
+def _mark(probe: Probe | None) -> str:
+    if probe is None:
+        return "-"
+    return "✓" if probe.supported else "✗"
+
+
+def support_tables(probes: list[Probe], world_size: int) -> list[TextTable]:
+    by_key = {(p.collective, p.dtype, p.op, p.mode): p for p in probes}
+    dtypes = list(dict.fromkeys(p.dtype for p in probes))
+    first = dtypes[0]
+    columns = ["collective", "busbw factor n=2/4/8", "placements", *MODES,
+               *(SHORT_DTYPE.get(d, d) for d in dtypes)]
+    rows = []
+    for collective in REGISTRY.values():
+        sum_op = "sum" if collective.reduces else ""
+        factor = "/".join(f"{collective.busbw_factor(n):.3g}" for n in (2, 4, 8)) if collective.sized else "-"
+        cells = [collective.name, factor, ", ".join(p for p in collective.placements if p) or "-"]
+        cells += [_mark(by_key.get((collective.name, first, sum_op, mode))) for mode in MODES]
+        cells += [_mark(by_key.get((collective.name, d, sum_op, "sync"))) if collective.sized else "-"
+                  for d in dtypes]
+        rows.append(cells)
+    collectives = TextTable(f"collectives ({world_size} ranks; sync per dtype, op sum; async in {first})",
+                            columns, rows, left_columns=3)
+    op_rows = []
+    for collective in (c for c in REGISTRY.values() if c.reduces):
+        for op in REDUCE_OPS:
+            op_rows.append([collective.name, op,
+                            *(_mark(by_key.get((collective.name, d, op, "sync"))) for d in dtypes)])
+    ops = TextTable("reduce ops (sync) by dtype",
+                    ["collective", "op", *(SHORT_DTYPE.get(d, d) for d in dtypes)], op_rows, left_columns=2)
+    return [collectives, ops]
+
+
+def why_unsupported(probes: list[Probe]) -> list[str]:
+    """One line per distinct refusal: how often, an example, the backend's words."""
+    reasons: dict[str, list[Probe]] = {}
+    for probe in probes:
+        if probe.error is not None:
+            reasons.setdefault(probe.error, []).append(probe)
+    lines = []
+    for reason, refused in reasons.items():
+        example = refused[0]
+        parts = (example.collective, example.dtype, example.op, example.mode)
+        what = " ".join(part for part in parts if part)
+        others = f" and {len(refused) - 1} more" if len(refused) > 1 else ""
+        lines.append(f"✗ {what}{others}: {reason}")
+    return lines
+
+
+def print_support(console: Console, probes: list[Probe], backend: Backend) -> None:
+    console.print(f"backend {backend.name} · device {backend.device.type} · {backend.world_size} ranks "
+                  "· each cell is one tiny op run on every rank (✓ ran, ✗ refused, - not applicable)")
+    for table in support_tables(probes, backend.world_size):
+        print_table(console, table)
+    reasons = why_unsupported(probes)
+    if reasons:
+        console.print("why refused:")
+        for line in reasons:
+            console.print(f"  {line}", markup=False)
+    dtypes = [d for d in known_dtypes()
+              if any(p.supported and p.dtype == d and p.collective == "all_reduce" for p in probes)]
+    console.print(f"dtypes with all_reduce: {', '.join(dtypes) or 'none'}", markup=False)
+    console.print(f"modes: {', '.join(MODES)}, both (side by side)", markup=False)

@@ -1,0 +1,211 @@
+"""One rank's start-up and run, once a launcher (or spawn.py) has started it: meet the others, start
+the backend, split the sub-communicators, record, run the work, and decide how the run ends.
+
+launch.py imports this module only on a rank: it imports torch, which the spawning launcher does not
+need (its start-up stays well under a second).
+"""
+
+import os
+import signal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from commbench.backends.base import Backend
+from commbench.backends.coordination import CheckInFailed
+from commbench.config.launch import Benchmark, LaunchConfig
+from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
+from commbench.core.sizes import parse_size
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
+from commbench.provenance.describe import hardware_summary
+from commbench.results.model import Row
+from commbench.running.launcher import RankInfo
+from commbench.running.placement import host_name, memory_budget, place
+from commbench.running.provenance import RunProvenance
+from commbench.running.recording import Recording, build_meta
+from commbench.running.runner import Session, sweep_failure
+from commbench.writers.output import NullOutput, Output
+
+if TYPE_CHECKING:
+    from commbench.backends.rendezvous import Rendezvous
+
+# What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
+# (commbench.patterns); the first benchmark's launch settings are the run's.
+Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
+# Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
+# would; the others must then time out at that size and name it.
+TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
+FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
+
+
+def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
+    from commbench.backends.rendezvous import Rendezvous
+
+    # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
+    return Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
+                      launcher_hosts_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                      attempt=environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
+    """Meet the other ranks at the store, agree on devices, then start the process group."""
+    from commbench.backends.rendezvous import StartUp
+    from commbench.backends.torch_dist import TorchDistBackend
+
+    name = setup.backend or "gloo"
+    startup = StartUp(name, rendezvous_of(info, environ), setup.timeout_s)
+    try:
+        startup.meet()
+        device = place(setup, (info.rank, info.local_rank), environ, startup)
+        return TorchDistBackend(name, device, startup.start(device))
+    except (RunError, UsageError, AlreadyReported):
+        raise
+    except Exception as exc:
+        raise RunError(f"rank {info.rank}: the {name} process group did not start "
+                       f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
+                       f"timeout {setup.timeout_s:g} s): {brief(exc)}") from exc
+
+
+def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
+    """The run's sub-communicators; presets need every rank's host name, so this runs after the start."""
+    if setup.groups is not None:
+        return split_by_hosts(hostnames, setup.groups)
+    if setup.group_size is not None:
+        return split_world(len(hostnames), setup.group_size, setup.group_layout or "contiguous")
+    return world_plan(len(hostnames))
+
+
+def join_groups(backend: Backend, plan: GroupPlan) -> Membership:
+    process_group = None
+    if not plan.is_world:
+        try:
+            process_group = backend.new_groups([list(ranks) for ranks in plan.members])
+        except Exception as exc:
+            raise RunError(f"rank {backend.rank} could not create the {plan.describe()}: "
+                           f"{brief(exc)}") from exc
+    return Membership(plan, process_group, plan.group_rank(backend.rank))
+
+
+class StopRequests:
+    """SIGINT/SIGTERM on a rank: the first asks the work to stop at its next boundary (the sweep: the
+    next size, where every rank agrees, so none is left waiting in a collective); a second stops this
+    rank at once. Work that never asks (a pattern), or a signal before the work first asks, stops at
+    once too."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.polled = False
+        self.done = False  # the work is over: a late signal does not turn a complete run into a stopped one
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.done:
+            return
+        if self.signum or not self.polled:
+            raise Terminated(signum)
+        self.signum = signum
+
+    def requested(self) -> int:
+        self.polled = True
+        return self.signum
+
+
+def skipped_size(info: RankInfo, environ: Mapping[str, str]) -> int | None:
+    """COMMBENCH_TEST_SKIP=RANK:SIZE (tests only): the size this rank's sweeps leave out."""
+    spec = environ.get(TEST_SKIP_ENV)
+    if not spec:
+        return None
+    rank_text, _, size_text = spec.partition(":")
+    return parse_size(size_text) if int(rank_text) == info.rank else None
+
+
+def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, str], work: Work) -> int:
+    for benchmark in benchmarks:
+        benchmark.check_world(info.world_size)
+    setup = benchmarks[0].launch
+    stops = StopRequests()
+    stops.install()
+    # NCCL reads its debug variables once, when the backend starts it: they are set before.
+    provenance = RunProvenance(setup, os.environ)
+    backend = start_backend(setup, info, environ)
+    recording: Recording | None = None
+    try:
+        # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
+        with failures_named(lambda: f"the run's start (host names, groups) failed on rank {info.rank}"):
+            hostnames = backend.all_gather_object(host_name(environ))
+            plan = split_into_groups(setup, hostnames)
+            membership = join_groups(backend, plan)
+            hardware = provenance.gather_hardware(backend, hostnames)
+            if info.rank == 0:
+                meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
+                meta.hardware = hardware
+                recording = Recording(meta, setup)
+                recording.note(hardware_summary(hardware))
+            members = [list(ranks) for ranks in plan.members]
+            context = provenance.start_rows(backend, hostnames, members, recording)
+            session = Session(membership, stops.requested, skipped_size(info, environ), context,
+                              memory_budget(backend, hostnames), hostnames=tuple(hostnames))
+        rows = work(benchmarks, backend, recording or NullOutput(), session)
+        backend.barrier()
+        stops.done = True
+    except BaseException as exc:
+        if recording is not None:
+            recording.close_console()
+        raise _finish_failed(exc, info, backend, recording, setup) from exc
+    # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
+    failure = sweep_failure(rows)
+    below = provenance.finish(rows, recording)
+    failure = "; ".join(text for text in (failure, below) if text) or None
+    if recording is not None:
+        recording.finish("failed" if failure else "complete", failure)
+        recording.show_files()
+    backend.shutdown()
+    if failure is not None:
+        if info.rank == 0:
+            raise RunError(failure)
+        return 1
+    return 0
+
+
+def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recording: Recording | None,
+                   setup: LaunchConfig) -> BaseException:
+    """Record how the run ended (rank 0's files) and return what to raise for the exit status."""
+    if isinstance(exc, Terminated | KeyboardInterrupt):
+        signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
+        if recording is not None:
+            recording.interrupted(signal.Signals(signum).name)
+        backend.abort()  # a collective may still wait on the device for a peer that stopped
+        return exc
+    if isinstance(exc, UsageError):
+        if recording is not None:
+            recording.finish("failed", str(exc))
+        # Every rank stops here, so the group can be released cleanly: a process that exits with
+        # gloo's threads still running aborts ("terminate called without an active exception").
+        backend.shutdown()
+        # Every rank finds the same problem with the same input: one message, from rank 0.
+        return exc if info.rank == 0 else AlreadyReported(exc.exit_code)
+    if isinstance(exc, RunError):
+        error = _with_peer_accounts(exc, backend, setup)
+        if recording is not None:
+            recording.finish("failed", error)
+        backend.abort()  # recorded first: aborting a communicator may end the process (NCCL's watchdog)
+        return RunError(error)
+    if recording is not None:
+        recording.finish("failed", f"{type(exc).__name__}: {exc}")
+    backend.abort()
+    return exc
+
+
+def _with_peer_accounts(exc: RunError, backend: Backend, setup: LaunchConfig) -> str:
+    """The error, with what the other ranks said (or did not say) about themselves.
+
+    Telling the others also keeps rank 0, whose process may host the store, alive until they have
+    read what they need from it.
+    """
+    error = str(exc)
+    accounts = backend.account_for_failure(error, min(FAILURE_GRACE_S, setup.timeout_s))
+    if isinstance(exc, CheckInFailed):  # its message already says where every missing rank is
+        return error
+    return f"{error}; {accounts}" if accounts and accounts not in error else error

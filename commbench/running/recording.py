@@ -1,0 +1,133 @@
+"""Rank 0's record of a run: its metadata, its files and its console.
+
+``Recording`` is the Output rank 0 measures into: every row goes to the files the moment it arrives
+(results.ResultWriter: CSV appended and fsynced, JSON rewritten atomically), then to the console reporter;
+each finished table's α-β fits go to both. ``finish`` records how the run ended (complete, failed,
+interrupted) so a reader of results.json always knows.
+"""
+
+import platform
+import shlex
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from commbench import __version__
+from commbench.backends.base import Backend
+from commbench.config.launch import Benchmark, LaunchConfig
+from commbench.core.groups import GroupPlan
+from commbench.results.fit import fit_rows
+from commbench.results.model import Row, RunMeta
+from commbench.writers.files import ResultWriter
+from commbench.writers.formats import Reporter, make_reporter
+
+RECORDED_ENV_PREFIXES = ("COMMBENCH_", "NCCL_", "TORCH_", "GLOO_", "UCC_", "UCX_", "CUDA_VISIBLE_DEVICES",
+                         "OMP_NUM_THREADS")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def make_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def config_record(benchmark: Benchmark) -> dict[str, Any]:
+    """A benchmark's configuration as results.json records it: one flat mapping, launch settings
+    included, the command line left out (it is recorded once, as the command)."""
+    values = asdict(benchmark)  # type: ignore[call-overload]
+    launch = values.pop("launch")
+    return {key: value for key, value in {**values, **launch}.items() if key != "argv"}
+
+
+def build_meta(benchmarks: list[Benchmark], backend: Backend, hostnames: list[str],
+               environ: Mapping[str, str], plan: GroupPlan, launcher: str) -> RunMeta:
+    setup = benchmarks[0].launch
+    import torch
+
+    return RunMeta(
+        run_id=make_run_id(),
+        started_at=now(),
+        command=["commbench", *setup.argv],
+        commbench_version=__version__,
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        backend=backend.name,
+        device=str(backend.device.type),
+        world_size=backend.world_size,
+        launcher=launcher,
+        hostnames=hostnames,
+        versions=backend.versions(),
+        env={key: value for key, value in sorted(environ.items()) if key.startswith(RECORDED_ENV_PREFIXES)},
+        config=config_record(benchmarks[0]),
+        benchmarks=[config_record(benchmark) for benchmark in benchmarks],
+        groups=plan.as_dict(),
+    )
+
+
+def result_paths(setup: LaunchConfig, run_id: str) -> tuple[Path, Path]:
+    run_dir = Path(setup.output_dir) / run_id
+    csv_path = Path(setup.csv_path) if setup.csv_path else run_dir / "results.csv"
+    json_path = Path(setup.json_path) if setup.json_path else run_dir / "results.json"
+    return csv_path, json_path
+
+
+class Recording:
+    """Rank 0's Output: the files first, then the console, in the format asked for."""
+
+    def __init__(self, meta: RunMeta, setup: LaunchConfig) -> None:
+        self.reporter: Reporter = make_reporter(setup)
+        self.reporter.header(meta)
+        csv_path, json_path = result_paths(setup, meta.run_id)
+        self.writer = ResultWriter(meta, csv_path, json_path)
+        self.table_rows: list[Row] = []  # the rows of the table being measured
+
+    def note(self, text: str) -> None:
+        self.reporter.note(text)
+
+    def plan(self, steps: int) -> None:
+        self.reporter.plan(steps)
+
+    def working(self, text: str) -> None:
+        self.reporter.working(text)
+
+    def row(self, row: Row) -> None:
+        self.writer.add(row)
+        self.table_rows.append(row)
+        self.reporter.row(row)
+        self.reporter.advance()
+
+    def table_done(self, rows: list[Row]) -> None:
+        self.table_rows = []
+        fits = fit_rows(rows)
+        if fits:
+            self.writer.add_fits([fit.to_dict() for fit in fits])
+        self.reporter.table_done(rows, fits)
+
+    def section(self, name: str, payload: dict) -> None:
+        self.writer.set_section(name, payload)
+
+    def close_console(self) -> None:
+        self.reporter.close()
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        """Record how the run ended (running -> complete, failed or interrupted)."""
+        self.reporter.close()
+        self.writer.finish(status, now(), error)
+
+    def show_files(self) -> None:
+        self.reporter.files([shlex.quote(str(self.writer.csv_path)), shlex.quote(str(self.writer.json_path))])
+
+    def interrupted(self, signal_name: str) -> None:
+        """A signal stopped the run: show what was measured of the table in progress, say so, record it
+        and say where the rows are."""
+        self.reporter.close()
+        if self.table_rows:
+            self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
+        self.reporter.note(f"interrupted by {signal_name}: {len(self.writer.rows)} rows measured and kept")
+        self.finish("interrupted", f"stopped by {signal_name}")
+        self.show_files()

@@ -1,0 +1,195 @@
+"""Spawning and supervising local ranks when no launcher started commbench.
+
+``spawn_local`` re-runs the command line as N local ranks (the environment launcher's variables set for
+each) and returns their exit status; it forwards signals, tells the survivors which rank died, and stops
+ranks that hang after a failure. ``run_on_local_ranks`` runs a Python function on N fresh processes
+joined in a gloo group, for scripts and tests that drive commbench's pieces directly.
+"""
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from commbench.core.groups import format_ranks
+
+LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In a spawned rank: get SIGTERM if the spawner dies, so no rank is ever orphaned (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grace_s: float = 4.0) -> int:
+    """Run ``python -m commbench ARGV`` as ``nproc`` local ranks; their exit status is ours.
+
+    After a signal the ranks get ``grace_s`` to finish their size and stop together; when one rank
+    fails the others get ``failure_grace_s`` to notice and exit on their own. Then they are stopped
+    (SIGTERM, then SIGKILL), and a rank that had to be stopped after a failure is named as hung;
+    a rank killed by a signal is announced to the others through the rendezvous store, so their
+    messages say which rank died. SIGINT and SIGTERM are forwarded (the ranks stop together at the
+    next size, or at once on a second signal); ranks run in their own process group so a terminal's
+    Ctrl-C reaches them once, through us, and die with us (PR_SET_PDEATHSIG) if we are killed.
+    """
+    port = free_port()
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks on one host share its cores
+    procs: list[subprocess.Popen] = []
+    for rank in range(nproc):
+        rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
+                    "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    LAUNCHER_ENV: "local"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "commbench", *argv], env=rank_env,
+                                      process_group=0, preexec_fn=_die_with_parent))
+
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        supervisor = _Supervisor(procs, port, received)
+        return supervisor.wait(grace_s, failure_grace_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+class _Supervisor:
+    """Watches the spawned ranks until all have exited, deciding the exit status."""
+
+    def __init__(self, procs: list[subprocess.Popen], port: int, received: list[int]) -> None:
+        self.procs, self.port, self.received = procs, port, received
+        self.first_failure: tuple[int, int] | None = None
+        self.stopping = False
+        self.stopped: list[int] = []  # ranks we had to stop after a failure: they were hung
+        self.announced: set[int] = set()
+
+    def _note_failures(self, codes: list[int | None]) -> None:
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        for rank, code in failed:
+            # A death we did not cause: tell the others which rank it was (rank 0 hosts the store, so
+            # its death cannot be told; the others find out when the store goes).
+            if code < 0 and not self.stopping and not self.received and rank not in self.announced:
+                self.announced.add(rank)
+                if rank != 0:
+                    from commbench.backends.coordination import announce_death  # torch: only now
+
+                    announce_death("127.0.0.1", self.port, "0", rank, signal.Signals(-code).name)
+        if self.first_failure is None and failed and not self.received:
+            # Of ranks found failed at once, one killed by a signal is the cause, the others its effect.
+            self.first_failure = min(failed, key=lambda item: (item[1] >= 0, item[0]))
+
+    def _stop_remaining(self) -> None:
+        for rank, proc in enumerate(self.procs):
+            if proc.poll() is None:
+                if not self.stopping and not self.received:
+                    self.stopped.append(rank)
+                (proc.kill if self.stopping else proc.terminate)()
+        self.stopping = True
+
+    def wait(self, grace_s: float, failure_grace_s: float) -> int:
+        deadline: float | None = None
+        while True:
+            codes = [proc.poll() for proc in self.procs]
+            had_failure = self.first_failure is not None
+            self._note_failures(codes)
+            if self.first_failure is not None and not had_failure:
+                deadline = time.monotonic() + failure_grace_s
+            if all(code is not None for code in codes):
+                break
+            if self.received and deadline is None:
+                deadline = time.monotonic() + grace_s
+            if deadline is not None and time.monotonic() > deadline:
+                self._stop_remaining()
+                deadline = time.monotonic() + 2.0
+            time.sleep(0.05)
+        return self._status(failure_grace_s)
+
+    def _status(self, failure_grace_s: float) -> int:
+        if self.received:
+            if all(proc.returncode == 0 for proc in self.procs):
+                return 0  # the ranks completed the run before the signal could stop it
+            return 128 + self.received[0]
+        if self.first_failure is None:
+            return 0
+        rank, code = self.first_failure
+        if self.stopped:
+            print(f"commbench: error: {format_ranks(self.stopped)} did not stop within {failure_grace_s:g} s "
+                  f"of rank {rank} failing (hung): stopped by the launcher", file=sys.stderr)
+        if code < 0:
+            print(f"commbench: error: rank {rank} died ({signal.Signals(-code).name})", file=sys.stderr)
+            return 1
+        return code
+
+
+def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        import torch
+
+        from commbench.backends.torch_dist import Rendezvous, TorchDistBackend
+
+        backend = TorchDistBackend.create("gloo", torch.device("cpu"),
+                                          Rendezvous(rank, world_size, "127.0.0.1", port), timeout_s=120)
+        value = fn(rank, world_size, *args)
+        backend.barrier()
+        backend.shutdown()
+        results.put((rank, None, value))
+    except BaseException:
+        results.put((rank, traceback.format_exc(), None))
+
+
+def run_on_local_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
+    """``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined in a gloo group; the
+    values they return, by rank. ``fn`` must be importable (a module-level function)."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_function_rank, args=(fn, rank, world_size, port, args, results))
+             for rank in range(world_size)]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    failure: str | None = None
+    try:
+        while len(values) < world_size and failure is None:
+            rank, error, value = results.get(timeout=timeout_s)
+            if error is None:
+                values[rank] = value
+            else:
+                failure = f"rank {rank} failed:\n{error}"
+    finally:
+        for proc in procs:
+            proc.join(timeout=1 if failure else 10)
+            if proc.is_alive():
+                proc.kill()
+    if failure is not None:
+        raise RuntimeError(failure)
+    return [values[rank] for rank in range(world_size)]

@@ -1,0 +1,52 @@
+"""Where rows go as they are measured: the one protocol every producer (a sweep, a pattern, ...) writes
+to, and the null sink of the ranks that do not record.
+
+Rank 0 gets a recording output (recording.RecordingOutput: the files, then the console); every other
+rank gets ``NullOutput``. A producer calls ``plan`` once, ``working`` before each point, ``row`` as each
+row is measured, ``note`` for anything worth a line, ``table_done`` with the rows of each table, and
+``section`` for a named part of results.json beside the rows (fabric's matrices and suspects).
+"""
+
+from typing import Protocol
+
+from commbench.results.model import Row
+
+
+class Output(Protocol):
+    def note(self, text: str) -> None: ...
+
+    def plan(self, steps: int) -> None:
+        """The run will measure ``steps`` points (a sweep's (size, mode) pairs)."""
+
+    def working(self, text: str) -> None:
+        """Measuring the point described by ``text`` now."""
+
+    def row(self, row: Row) -> None: ...
+
+    def table_done(self, rows: list[Row]) -> None:
+        """The rows of one table (a collective, dtype, op and placement; a pattern's run) are all in."""
+
+    def section(self, name: str, payload: dict) -> None:
+        """Write ``payload`` as the part ``name`` of results.json, replacing an earlier one."""
+
+
+class NullOutput:
+    """The ranks other than 0: measured rows go nowhere (rank 0 records them)."""
+
+    def note(self, text: str) -> None:
+        pass
+
+    def plan(self, steps: int) -> None:
+        pass
+
+    def working(self, text: str) -> None:
+        pass
+
+    def row(self, row: Row) -> None:
+        pass
+
+    def table_done(self, rows: list[Row]) -> None:
+        pass
+
+    def section(self, name: str, payload: dict) -> None:
+        pass
