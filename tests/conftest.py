@@ -4,7 +4,8 @@
   loop of seconds; a test without it that starts one fails, naming the marker.
 - Runs shared by the analysis tests (compare, plot, report, formats, fits, load): the same two-benchmark
   sweep run twice by the real CLI, once as `sweep FILE` in nccl-tests format and once as `--config FILE`
-  in JSON-lines format; two tiny runs of six collectives; a tiny run of one other collective.
+  in JSON-lines format; two tiny runs of six collectives; a tiny run of one other collective; a run of
+  ten passes (--repeat 10) for the regression gate.
   Session-scoped: made once, only when a test asks for them; a test that asks for one is marked
   `processes` (RUN_FIXTURES).
 - Recordings of real torch programs and their replays (`recordings`, tests/replay_helpers.py).
@@ -90,7 +91,19 @@ def reduce_scatter_run(tmp_path_factory: pytest.TempPathFactory) -> SavedRunFile
     return _tiny_run(where, "rs", "--collective", "reduce_scatter", "--sizes", "1K,4K")
 
 
-RUN_FIXTURES = {"two_runs", "six_collective_runs", "reduce_scatter_run", "recordings"}
+@pytest.fixture(scope="session")
+def repeated_run(tmp_path_factory: pytest.TempPathFactory) -> SavedRunFiles:
+    """One run of ten passes (--repeat 10) of two collectives at three sizes: what the gate judges."""
+    where = tmp_path_factory.mktemp("repeated")
+    json_path, csv_path = where / "repeated.json", where / "repeated.csv"
+    result = commbench("--collective", "all_reduce,reduce_scatter_base", "--sizes", "1K,16K,256K", "--iters",
+                       "20", "--warmup", "2", "--repeat", "10", "--quiet", "--json", str(json_path), "--csv",
+                       str(csv_path))
+    assert result.returncode == 0, result.stderr
+    return SavedRunFiles(json_path, csv_path, result.stdout, result.stderr)
+
+
+RUN_FIXTURES = {"two_runs", "six_collective_runs", "reduce_scatter_run", "repeated_run", "recordings"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from tests.dist_helpers import ROOT, launcherless_env
 
-READING_MODULES = ("commbench.analysis.compare", "commbench.analysis.plot", "commbench.analysis.report",
-                   "commbench.results.fit", "commbench.results.frame")
+READING_MODULES = ("commbench.analysis.compare", "commbench.analysis.gate", "commbench.analysis.plot",
+                   "commbench.analysis.report", "commbench.results.fit", "commbench.results.frame")
 
 
 def _python(*args: str) -> subprocess.CompletedProcess:
@@ -39,7 +39,7 @@ def test_compare_plot_report_and_fits_of_real_runs_leave_torch_unimported(two_ru
     a, b = (str(saved.json) for saved in two_runs)
     program = f"""
 import sys
-from commbench.analysis.compare import compare_command
+from commbench.analysis.gate import compare_command
 from commbench.results.fit import fit_rows
 from commbench.analysis.plot import plot_command
 from commbench.analysis.report import report_command

@@ -14,7 +14,7 @@ import pytest
 
 import commbench
 from commbench.errors import UsageError
-from commbench.results.frame import ROW_COLUMNS, RUN_COLUMNS
+from commbench.results.frame import PASS_COLUMNS, ROW_COLUMNS, RUN_COLUMNS
 from commbench.results.model import CSV_COLUMNS, Row
 from commbench.results.saved import load_run
 
@@ -33,7 +33,8 @@ def test_a_glob_of_several_runs_is_one_frame_with_every_row_and_its_run(two_runs
     frame = commbench.load([str(where / "*.json"), six_collective_runs[0].json, six_collective_runs[1].json])
     runs = [load_run(saved.json) for saved in files]
     assert len(frame) == sum(len(run.rows) for run in runs)
-    assert list(frame.columns) == ROW_COLUMNS + RUN_COLUMNS
+    assert list(frame.columns) == ROW_COLUMNS + RUN_COLUMNS + PASS_COLUMNS
+    assert (frame.loc[frame["error"] == "", "passes"] == 1).all() and frame["pass_spread_pct"].isna().all()
     assert frame["path"].unique().tolist() == [str(saved.json) for saved in files]  # glob sorted, each once
     for run in runs:
         part = frame[frame["path"] == str(run.path)]

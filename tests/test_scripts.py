@@ -58,6 +58,17 @@ def test_bench_memory_prints_buffers_commbench_and_bare_torch_per_collective():
         assert int(line.group(1)) == buffers  # input + output MiB of a 16 MiB collective on 2 ranks
 
 
+def test_bench_gate_counts_false_alarms_detections_and_scaled_slowdowns():
+    out = run_script("bench_gate.py", "--comparisons", "1", "--repeat", "2", "--sizes", "1K", "--iters", "3",
+                     "--collective", "all_reduce")
+    assert "3 runs of --repeat 2" in out
+    assert re.search(r"2 passes: false alarms [01] of 1 \[(PASS|FAIL): at most 1 in 20\]; one-core slowdown "
+                     r"caught [01] of 1 \[(PASS|FAIL): at least 19 in 20\]", out), out
+    scaled = r"2 passes: scaled slowdowns caught 1.15x [01]/1, .*, 3x [01]/1; smallest caught"
+    assert re.search(scaled, out), out
+    assert "commbench 0.1's gate" in out and "wall time per run" in out
+
+
 def test_bench_sweep_compares_adaptive_and_fixed_at_every_size():
     out = run_script("bench_sweep.py", "--sizes", "1K:8K")
     assert re.search(rf"load average \(1, 5, 15 min\) {NUMBER} {NUMBER} {NUMBER} before", out), out

@@ -1,111 +1,176 @@
-"""compare: saved runs row by row, each later file against the first (the base).
+"""compare: saved runs point by point, a new side against a base side, passes as the evidence.
 
-Rows match on Row.key() (collective, dtype, op, mode, size, world size, backend, ...); a key that
-occurs more than once in a file (two benchmarks measuring the same point) pairs in order of appearance.
-For each pair: both p50 times and busbws, the ratio new/base worded "1.08x slower" or "1.10x faster",
-and whether the difference is significant: a two-sided Mann-Whitney U test on the two runs'
-per-iteration samples (samples_us), p below --significance-level. A row with fewer than 2 samples on
-either side (an async window is one sample) cannot be tested. Per collective, the geometric mean of the
-ratios summarises the pairs. --fail-above PCT is a regression gate: it fails (exit 1) when a
-significant slowdown is more than PCT percent (ratio > 1 + PCT/100), and when the files do not measure
-the same points (no rows in common, or rows in only one of them): a gate that compared nothing passes
-nothing. Without a gate that mismatch is a warning on stderr.
+A side is one or more files (by default the first file is the base and each later file a new side of
+its own; `--base FILE` pools files into the base, and the files named beside it into one new side).
+Points match on Row.key() (collective, dtype, op, mode, size, world size, backend, ...); a side's rows
+of one key are that point's passes (the passes of `--repeat N`, of every file of the side). Per point:
+both sides' times (the geometric mean of the passes' p50s), the change new/base worded
+"1.08x slower" or "1.10x faster", its 95% interval, whether it is significant, and how much the base's
+passes spread; the statistics are evidence.py's. Per collective, the geometric mean of the changes
+summarises the points. The gate (--fail-above) is gate.py's.
 
-Rows are matched by a join of the runs' frames (commbench.results.frame) on the key and the occurrence number.
+Points are matched by a join of the sides' frames (commbench.results.frame) on the key.
 """
 
 import math
-import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
+from commbench.analysis.evidence import Change, benjamini_hochberg, estimate_change, geometric_mean
 from commbench.core.sizes import format_size
-from commbench.errors import UsageError
 from commbench.results.frame import rows_frame
-from commbench.results.kinds import check_comparable
 from commbench.results.model import KEY_FIELDS, Row
-from commbench.results.saved import SavedRun, expand_paths, load_run
-from commbench.writers.console import TextTable, make_console, markdown_table, print_table
+from commbench.results.passes import pass_spread_pct
+from commbench.results.saved import SavedRun
+from commbench.writers.console import TextTable
 
 
 @dataclass(frozen=True)
+class Side:
+    """The files whose passes make one side of a comparison."""
+
+    runs: tuple[SavedRun, ...]
+
+    @property
+    def label(self) -> str:
+        first = self.runs[0].label
+        return first if len(self.runs) == 1 else f"{first} + {len(self.runs) - 1} more"
+
+    @property
+    def path(self) -> str:
+        first = str(self.runs[0].path)
+        return first if len(self.runs) == 1 else f"{first} (+ {len(self.runs) - 1} more files)"
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for run in self.runs for row in run.rows]
+
+    def describe(self) -> str:
+        if len(self.runs) == 1:
+            return self.runs[0].describe()
+        return f"{len(self.runs)} files ({', '.join(str(run.path) for run in self.runs)})"
+
+    def incomplete(self) -> list[SavedRun]:
+        return [run for run in self.runs if run.meta.get("status") not in (None, "complete")]
+
+
+def side_of(runs: SavedRun | Sequence[SavedRun]) -> Side:
+    return Side((runs,) if isinstance(runs, SavedRun) else tuple(runs))
+
+
+def _p50s(rows: list[Row]) -> list[float]:
+    return [row.time_us_p50 for row in rows if row.time_us_p50 is not None]
+
+
+@dataclass
 class Pair:
-    base: Row
-    new: Row
-    ratio: float | None  # new p50 / base p50; > 1 is slower
-    p_value: float | None  # None: not testable (fewer than 2 samples on a side)
-    significant: bool
+    """One point in both sides: its passes (rows) on each, and what they say."""
+
+    base_rows: list[Row]
+    new_rows: list[Row]
+    change: Change | None  # None: a side has no time (an error row)
+    q_value: float | None = None  # Benjamini-Hochberg over the comparison's testable points
+    significant: bool = False  # the change is other than none, at --significance-level (the FDR)
+
+    @property
+    def base(self) -> Row:
+        return self.base_rows[0]
+
+    @property
+    def new(self) -> Row:
+        return self.new_rows[0]
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.change is None else self.change.ratio
+
+    @property
+    def p_value(self) -> float | None:
+        return None if self.change is None else self.change.p_different()
+
+    @property
+    def passes(self) -> tuple[int, int]:
+        return len(self.base_rows), len(self.new_rows)
+
+    @property
+    def base_p50(self) -> float | None:
+        return geometric_mean(_p50s(self.base_rows))
+
+    @property
+    def new_p50(self) -> float | None:
+        return geometric_mean(_p50s(self.new_rows))
+
+    @property
+    def base_spread_pct(self) -> float | None:
+        return pass_spread_pct(_p50s(self.base_rows))
 
     @property
     def slowdown_pct(self) -> float:
         return 0.0 if self.ratio is None else (self.ratio - 1.0) * 100.0
 
 
+def pair_passes(base_rows: list[Row], new_rows: list[Row]) -> Pair:
+    """A point's pair: the change from the passes that have a time on each side."""
+    return Pair(base_rows, new_rows, estimate_change(_p50s(base_rows), _p50s(new_rows)))
+
+
 @dataclass
 class RunComparison:
-    base: SavedRun
-    new: SavedRun
+    base: Side
+    new: Side
     pairs: list[Pair]
     only_base: list[Row]
     only_new: list[Row]
+    significance_level: float = 0.05
+    notes: list[str] = field(default_factory=list)
 
-    def regressions(self, fail_above_pct: float) -> list[Pair]:
-        return [pair for pair in self.pairs if pair.significant and pair.slowdown_pct > fail_above_pct]
+    def testable(self) -> list[Pair]:
+        return [pair for pair in self.pairs if pair.change is not None and pair.change.testable]
 
-
-def change_text(ratio: float | None) -> str:
-    """'1.08x slower', '1.10x faster', 'same'; '-' when there is nothing to compare."""
-    if ratio is None:
-        return "-"
-    if ratio == 1.0:
-        return "same"
-    return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    def untestable(self) -> list[Pair]:
+        return [pair for pair in self.pairs if pair.change is not None and not pair.change.testable]
 
 
-def _samples(row: Row) -> list[float]:
-    return [value for value in row.samples_us if value is not None and math.isfinite(value)]
-
-
-def rank_test_p_value(base: Row, new: Row) -> float | None:
-    """The two-sided Mann-Whitney U p-value of the two rows' samples, None when not testable."""
-    base_samples, new_samples = _samples(base), _samples(new)
-    if len(base_samples) < 2 or len(new_samples) < 2:
-        return None
-    if len(set(base_samples) | set(new_samples)) == 1:
-        return 1.0  # every sample equal: no difference (scipy would divide by zero)
-    return float(mannwhitneyu(base_samples, new_samples, alternative="two-sided").pvalue)
-
-
-def pair_rows(base: Row, new: Row, significance_level: float) -> Pair:
-    measured = base.time_us_p50 is not None and new.time_us_p50 is not None and base.time_us_p50 > 0
-    ratio = new.time_us_p50 / base.time_us_p50 if measured else None
-    p_value = rank_test_p_value(base, new)
-    return Pair(base, new, ratio, p_value, p_value is not None and p_value < significance_level)
-
-
-def _keyed(rows: list[Row]) -> pd.DataFrame:
-    """The rows' keys, each row's position, and its occurrence among earlier rows of the same key."""
+def _grouped(rows: list[Row]) -> pd.DataFrame:
+    """One line per point: its key and the positions of its rows (its passes), in order of first
+    appearance."""
     frame = rows_frame(rows)[list(KEY_FIELDS)]
     frame["position"] = range(len(frame))
-    frame["occurrence"] = frame.groupby(list(KEY_FIELDS), sort=False, dropna=False).cumcount()
-    return frame
+    return frame.groupby(list(KEY_FIELDS), sort=False, dropna=False)["position"].agg(list).reset_index()
 
 
-def compare_runs(base: SavedRun, new: SavedRun, significance_level: float = 0.05) -> RunComparison:
+def compare_runs(base: SavedRun | Sequence[SavedRun], new: SavedRun | Sequence[SavedRun],
+                 significance_level: float = 0.05) -> RunComparison:
+    """Every point of the base side against the same point of the new side."""
+    base_side, new_side = side_of(base), side_of(new)
+    base_rows, new_rows = base_side.rows, new_side.rows
     # A left join keeps the base's order; keys match with their missing parts (NaN) equal.
-    joined = _keyed(base.rows).merge(_keyed(new.rows), on=[*KEY_FIELDS, "occurrence"], how="left",
-                                     suffixes=("_base", "_new"), indicator=True)
-    both = joined[joined["_merge"] == "both"]
-    pairs = [pair_rows(base.rows[b], new.rows[int(n)], significance_level)
-             for b, n in zip(both["position_base"], both["position_new"], strict=True)]
-    only_base = [base.rows[b] for b in joined.loc[joined["_merge"] == "left_only", "position_base"]]
-    paired = set(both["position_new"].astype(int))
-    only_new = [row for position, row in enumerate(new.rows) if position not in paired]
-    return RunComparison(base, new, pairs, only_base, only_new)
+    joined = _grouped(base_rows).merge(_grouped(new_rows), on=list(KEY_FIELDS), how="left",
+                                       suffixes=("_base", "_new"), indicator=True)
+    pairs, only_base, paired = [], [], set()
+    for base_positions, new_positions, where in zip(joined["position_base"], joined["position_new"],
+                                                    joined["_merge"], strict=True):
+        if where == "both":
+            pairs.append(pair_passes([base_rows[i] for i in base_positions],
+                                     [new_rows[i] for i in new_positions]))
+            paired.update(new_positions)
+        else:
+            only_base.extend(base_rows[i] for i in base_positions)
+    only_new = [row for position, row in enumerate(new_rows) if position not in paired]
+    comparison = RunComparison(base_side, new_side, pairs, only_base, only_new, significance_level)
+    _judge_differences(comparison)
+    return comparison
+
+
+def _judge_differences(comparison: RunComparison) -> None:
+    """Each testable point's q-value against no change, and whether it is significant."""
+    testable = comparison.testable()
+    for pair, q in zip(testable, benjamini_hochberg([pair.p_value for pair in testable]), strict=True):
+        pair.q_value = q
+        pair.significant = q is not None and q <= comparison.significance_level
 
 
 def geometric_means(pairs: Iterable[Pair]) -> dict[str, tuple[float, int, int, int]]:
@@ -124,6 +189,30 @@ def geometric_means(pairs: Iterable[Pair]) -> dict[str, tuple[float, int, int, i
 
 # --- presentation -------------------------------------------------------------------------------
 
+def change_text(ratio: float | None) -> str:
+    """'1.08x slower', '1.10x faster', 'same'; '-' when there is nothing to compare."""
+    if ratio is None:
+        return "-"
+    if ratio == 1.0:
+        return "same"
+    return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+
+
+def interval_text(pair: Pair) -> str:
+    """The 95% interval of new/base, '0.93-1.31'; '-' without one."""
+    change = pair.change
+    if change is None or change.low is None or change.high is None:
+        return "-"
+    return f"{change.low:.2f}-{change.high:.2f}"
+
+
+def spread_text(pair: Pair) -> str:
+    """The base's pass-to-pass spread and its passes: '±12% of 5'; '1 pass' when it has one."""
+    spread = pair.base_spread_pct
+    count = pair.passes[0]
+    return f"{count} pass" if spread is None else f"±{spread:.0f}% of {count}"
+
+
 def _title(row: Row) -> str:
     parts = [row.benchmark] if row.benchmark else []
     parts += [row.collective, row.dtype] + ([f"op {row.op}"] if row.op else [])
@@ -135,36 +224,36 @@ def _number(value: float | None, digits: int) -> str:
 
 
 def _significance(pair: Pair) -> str:
-    if pair.p_value is None:
-        return "n/a (1 sample)" if min(len(_samples(pair.base)), len(_samples(pair.new))) < 2 else "n/a"
-    return f"{'yes' if pair.significant else 'no'} (p={pair.p_value:.2g})"
+    if pair.change is not None and not pair.change.testable:
+        return "n/a (1 pass)"
+    if pair.q_value is None:
+        return "n/a"
+    return f"{'yes' if pair.significant else 'no'} (q={pair.q_value:.2g})"
 
 
 def pair_tables(comparison: RunComparison) -> list[TextTable]:
-    """One table per collective, dtype and op (of a benchmark): a row per size and mode."""
+    """One table per collective, dtype and op (of a benchmark): a line per size and mode."""
     groups: dict[str, list[Pair]] = {}
     for pair in comparison.pairs:
         groups.setdefault(_title(pair.base), []).append(pair)
-    tables = []
-    columns = ["size", "mode", "base µs", "new µs", "change", "significant", "base busbw", "new busbw"]
-    for title, pairs in groups.items():
-        rows = [[format_size(p.base.size_bytes), p.base.mode, _number(p.base.time_us_p50, 1),
-                 _number(p.new.time_us_p50, 1), change_text(p.ratio), _significance(p),
-                 _number(p.base.busbw_gbps, 3), _number(p.new.busbw_gbps, 3)] for p in pairs]
-        tables.append(TextTable(title, columns, rows, left_columns=2))
-    return tables
+    columns = ["size", "mode", "base µs", "new µs", "change", "95% new/base", "significant", "base spread"]
+    return [TextTable(title, columns, [
+        [format_size(p.base.size_bytes), p.base.mode, _number(p.base_p50, 1), _number(p.new_p50, 1),
+         change_text(p.ratio), interval_text(p), _significance(p), spread_text(p)] for p in pairs],
+        left_columns=2)
+        for title, pairs in groups.items()]
 
 
 def summary_table(comparison: RunComparison) -> TextTable:
     rows = [[name, str(count), change_text(ratio), str(slower), str(faster)]
             for name, (ratio, count, slower, faster) in geometric_means(comparison.pairs).items()]
     return TextTable("summary per collective (geometric mean of the p50 ratios)",
-                     ["collective", "rows", "geomean change", "significantly slower", "significantly faster"],
-                     rows, left_columns=1)
+                     ["collective", "points", "geomean change", "significantly slower",
+                      "significantly faster"], rows, left_columns=1)
 
 
 def unmatched_lines(comparison: RunComparison) -> list[str]:
-    """Rows found in only one file, by series: nothing is dropped silently."""
+    """Rows found on one side only, by series: nothing is dropped silently."""
     lines = []
     for which, rows in (("base", comparison.only_base), ("new", comparison.only_new)):
         if not rows:
@@ -174,124 +263,24 @@ def unmatched_lines(comparison: RunComparison) -> list[str]:
             series = f"{_title(row)} · {row.mode} · {row.backend} · {row.world_size} ranks"
             by_series.setdefault(series, []).append(format_size(row.size_bytes))
         lines.append(f"only in {which} ({len(rows)} rows):")
-        lines.extend(f"  {series}: {', '.join(sizes)}" for series, sizes in by_series.items())
+        lines.extend(f"  {series}: {', '.join(dict.fromkeys(sizes))}" for series, sizes in by_series.items())
     return lines
 
 
-def describe_pair(pair: Pair) -> str:
+def describe_point(pair: Pair) -> str:
     row = pair.base
     what = " ".join(part for part in (row.benchmark, row.collective, row.dtype, row.op, row.mode) if part)
-    return f"{what} {format_size(row.size_bytes)}: {change_text(pair.ratio)} (p={pair.p_value:.2g})"
-
-
-def _status_note(run: SavedRun) -> str | None:
-    status = run.meta.get("status")
-    if status and status != "complete":
-        return f"note: {run.path} is not a complete run (status {status})"
-    return None
+    return f"{what} {format_size(row.size_bytes)}"
 
 
 def coverage_problem(comparison: RunComparison) -> str | None:
-    """What the two files do not both measure, in one line; None when every row has its pair."""
+    """What the two sides do not both measure, in one line; None when every point has its pair."""
     base, new = comparison.base, comparison.new
     if not comparison.pairs:
-        def what(run: SavedRun) -> str:
-            return ", ".join(dict.fromkeys(row.collective for row in run.rows)) or "no rows"
+        def what(side: Side) -> str:
+            return ", ".join(dict.fromkeys(row.collective for row in side.rows)) or "no rows"
         return f"{new.path}: no rows in common with {base.path} (base: {what(base)}; new: {what(new)})"
     if comparison.only_base or comparison.only_new:
         return (f"{new.path}: {len(comparison.only_base)} rows only in {base.path} and "
                 f"{len(comparison.only_new)} only in {new.path}: the files do not measure the same points")
     return None
-
-
-@dataclass
-class Printer:
-    """compare's stdout, as console text or Markdown."""
-
-    markdown: bool
-
-    def __post_init__(self) -> None:
-        self.console = make_console()
-
-    def say(self, text: str) -> None:
-        if self.markdown:
-            print(text)
-        else:
-            self.console.print(text, markup=False, highlight=False)
-
-    def show(self, table: TextTable) -> None:
-        if self.markdown:
-            print(markdown_table(table))
-        else:
-            print_table(self.console, table)
-
-    def item(self, text: str) -> None:
-        self.say(f"- {text}" if self.markdown else f"  {text}")
-
-
-def show_comparison(out: Printer, comparison: RunComparison) -> None:
-    heading = f"base {comparison.base.describe()} vs new {comparison.new.describe()}"
-    out.say(f"## {heading}\n" if out.markdown else heading)
-    for run in (comparison.base, comparison.new):
-        note = _status_note(run)
-        if note:
-            out.say(note)
-    if not comparison.pairs:
-        out.say("no rows in common")
-    for table in pair_tables(comparison):
-        out.show(table)
-    if comparison.pairs:
-        out.show(summary_table(comparison))
-    for line in unmatched_lines(comparison):
-        out.say(f"    {line}" if out.markdown and line.startswith("  ") else line)
-
-
-def gate_verdict(out: Printer, fail_above: float, slowdowns: list[str], mismatches: list[str]) -> int:
-    """Print the regression gate's verdict (stdout, and one stderr line per kind of failure); its status."""
-    gate = f"regression gate (--fail-above {fail_above:g}%)"
-    if slowdowns:
-        out.say(f"{gate}: FAILED, {len(slowdowns)} significant slowdowns above {fail_above:g}%:")
-        for line in slowdowns:
-            out.item(line)
-        print(f"commbench: regression: {len(slowdowns)} significant slowdowns above {fail_above:g}% "
-              f"(first: {slowdowns[0]})", file=sys.stderr)
-    if mismatches:
-        which = "1 comparison does" if len(mismatches) == 1 else f"{len(mismatches)} comparisons do"
-        out.say(f"{gate}: FAILED, {which} not cover the same rows:")
-        for line in mismatches:
-            out.item(line)
-        print(f"commbench: regression gate: {mismatches[0]}"
-              + (f" (and {len(mismatches) - 1} more comparisons)" if len(mismatches) > 1 else ""),
-              file=sys.stderr)
-    if slowdowns or mismatches:
-        return 1
-    out.say(f"{gate}: passed, no significant slowdown above {fail_above:g}%")
-    return 0
-
-
-def compare_command(paths: list[str], fail_above: float | None, significance_level: float,
-                    markdown: bool) -> int:
-    if not 0 < significance_level < 1:
-        raise UsageError(f"--significance-level {significance_level:g} must be between 0 and 1")
-    if fail_above is not None and fail_above < 0:
-        raise UsageError(f"--fail-above {fail_above:g} must not be negative")
-    files = expand_paths(paths)
-    if len(files) < 2:
-        raise UsageError("compare needs at least two results files: BASE.json NEW.json [MORE.json ...]")
-    runs = [load_run(path) for path in files]  # every file is read before anything is printed
-    check_comparable(runs)  # a fabric result compares only with fabric results
-    out = Printer(markdown)
-    slowdowns: list[str] = []
-    mismatches: list[str] = []
-    for new in runs[1:]:
-        comparison = compare_runs(runs[0], new, significance_level)
-        show_comparison(out, comparison)
-        problem = coverage_problem(comparison)
-        if problem and fail_above is None:
-            print(f"commbench: warning: {problem}", file=sys.stderr)
-        elif problem:
-            mismatches.append(problem)
-        if fail_above is not None:
-            regressions = comparison.regressions(fail_above)
-            slowdowns.extend(f"{new.path}: {describe_pair(pair)}" for pair in regressions)
-    return 0 if fail_above is None else gate_verdict(out, fail_above, slowdowns, mismatches)

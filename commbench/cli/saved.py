@@ -9,17 +9,23 @@ from commbench.config.sweep import parse_list
 
 @click.command()
 @click.argument("files", nargs=-1, required=True, metavar="BASE.json NEW.json [MORE.json ...]")
+@click.option("--base", "base_files", multiple=True, metavar="FILE",
+              help="A base file (repeat, or a glob): their passes pool into the base side, and the files "
+                   "given pool into one new side.")
 @click.option("--fail-above", type=float, default=None, metavar="PCT",
-              help="Exit 1 when a significant slowdown exceeds PCT percent (a CI regression gate).")
+              help="Exit 1 when a point is significantly more than PCT percent slower (a CI regression "
+                   "gate; needs passes: --repeat 5 or more on both sides).")
 @click.option("--significance-level", type=float, default=0.05, show_default=True,
-              help="p-value below which a difference counts as significant (Mann-Whitney U test).")
+              help="The false discovery rate over a comparison's points (Benjamini-Hochberg) at which a "
+                   "change counts as significant.")
 @click.option("--markdown", is_flag=True, help="Print Markdown tables instead of console tables.")
-def compare(files: tuple[str, ...], fail_above: float | None, significance_level: float,
-            markdown: bool) -> int:
-    """Compare saved runs row by row: each later file against the first."""
-    from commbench.analysis.compare import compare_command
+def compare(files: tuple[str, ...], base_files: tuple[str, ...], fail_above: float | None,
+            significance_level: float, markdown: bool) -> int:
+    """Compare saved runs point by point: each later file against the first, or the files against
+    --base. Passes (--repeat) are the evidence: docs/results.md#comparing-runs-commbench-compare."""
+    from commbench.analysis.gate import compare_command
 
-    return compare_command(list(files), fail_above, significance_level, markdown)
+    return compare_command(list(files), fail_above, significance_level, markdown, list(base_files))
 
 
 @click.command()

@@ -4,9 +4,10 @@
 Invariants: one DataFrame row per saved Row, in the order the files were given and then the order the
 rows were written; the columns are every Row field (ROW_COLUMNS), typed from Row's annotations (a
 missing optional number is NaN, a missing optional count <NA>, the per-sample and per-rank lists are
-object columns of Python lists), then the run's metadata (RUN_COLUMNS). Files of older versions load with
-Row's defaults (saved.load_run). compare, plot, report and the α-β fit group and join these frames;
-nothing here imports torch.
+object columns of Python lists), then the run's metadata (RUN_COLUMNS), then how the row's measurement
+varied over its run's passes (PASS_COLUMNS: the passes of its key in its run, and their spread in
+percent, results/passes.py). Files of older versions load with Row's defaults (saved.load_run).
+compare, plot, report and the α-β fit group and join these frames; nothing here imports torch.
 """
 
 import math
@@ -17,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from commbench.results.model import Row
+from commbench.results.passes import pass_spread_pct, passes_by_key
 from commbench.results.saved import ROW_KINDS, SavedRun
 
 ROW_COLUMNS = list(ROW_KINDS)
@@ -26,6 +28,7 @@ ROW_DTYPES = {name: {int: "Int64" if optional else "int64", float: "float64", st
 RUN_COLUMNS = ["run_id", "path", "status", "started_at", "hosts", "host_count", "launcher",
                "commbench_version", "torch_version", "python_version", "nccl_version", "cuda_version"]
 RUN_DTYPES = {**dict.fromkeys(RUN_COLUMNS, "object"), "host_count": "Int64"}
+PASS_COLUMNS = ["passes", "pass_spread_pct"]
 
 
 def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
@@ -47,6 +50,17 @@ def run_values(run: SavedRun) -> dict[str, Any]:
             "cuda_version": versions.get("cuda")}
 
 
+def pass_values(rows: list[Row]) -> tuple[list[int | None], list[float | None]]:
+    """Per row: how many passes its run measured of its key, and their spread (None for a row without
+    a time, and the spread for a key measured once)."""
+    groups = passes_by_key(rows)
+    found = {key: (len(group), pass_spread_pct([row.time_us_p50 for row in group]))
+             for key, group in groups.items()}
+    values = [found.get(row.key(), (None, None)) if row.time_us_p50 is not None and not row.error
+              else (None, None) for row in rows]
+    return [count for count, _ in values], [spread for _, spread in values]
+
+
 def runs_frame(runs: Iterable[SavedRun]) -> pd.DataFrame:
     """Saved runs' rows, each with its run's columns, as one frame."""
     parts = []
@@ -54,9 +68,12 @@ def runs_frame(runs: Iterable[SavedRun]) -> pd.DataFrame:
         frame = rows_frame(run.rows)
         for name, value in run_values(run).items():
             frame[name] = pd.Series([value] * len(frame), index=frame.index, dtype=RUN_DTYPES[name])
+        passes, spreads = pass_values(run.rows)
+        frame["passes"] = pd.Series(passes, index=frame.index, dtype="Int64")
+        frame["pass_spread_pct"] = pd.Series(spreads, index=frame.index, dtype="float64")
         parts.append(frame)
     if not parts:
-        return pd.DataFrame(columns=ROW_COLUMNS + RUN_COLUMNS)
+        return pd.DataFrame(columns=ROW_COLUMNS + RUN_COLUMNS + PASS_COLUMNS)
     frame = pd.concat(parts, ignore_index=True)
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, errors="coerce", format="ISO8601")
     return frame

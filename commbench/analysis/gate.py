@@ -1,0 +1,194 @@
+"""`commbench compare`: the comparisons on stdout (console tables or Markdown) and the regression gate.
+
+The gate (--fail-above PCT) fails (exit 1) when a point is significantly slower than the line
+t = 1 + PCT/100: its one-sided p-value that new/base exceeds t (evidence.py), adjusted by
+Benjamini-Hochberg over the comparison's testable points, is at most --significance-level, and its
+estimate is above t. It also fails when the sides do not measure the same points (no rows in common,
+or rows on one side only): a gate that compared nothing passes nothing. Points with one pass on a side
+are not judged (samples within one pass say nothing of the next run): a comparison with no point
+judged passes and says that repetitions are needed. Without a gate a mismatch is a warning on stderr.
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+from commbench.analysis.compare import (
+    Pair,
+    RunComparison,
+    change_text,
+    compare_runs,
+    coverage_problem,
+    describe_point,
+    pair_tables,
+    summary_table,
+    unmatched_lines,
+)
+from commbench.analysis.evidence import benjamini_hochberg
+from commbench.errors import UsageError
+from commbench.results.kinds import check_comparable
+from commbench.results.saved import SavedRun, expand_paths, load_run
+from commbench.writers.console import TextTable, make_console, markdown_table, print_table
+
+REPEAT_HINT = ("run both sides with --repeat 5 or more (or give a side several files: compare --base "
+               "BASE.json ... NEW.json ...)")
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A point the gate fails on, with the q-value of its slowdown beyond the line."""
+
+    pair: Pair
+    q_value: float
+
+    def describe(self) -> str:
+        pair, change = self.pair, self.pair.change
+        assert change is not None and change.low is not None and change.high is not None
+        spread = pair.base_spread_pct
+        base = f"±{spread:.0f}% over {pair.passes[0]} passes" if spread is not None else "one pass"
+        return (f"{describe_point(pair)}: {change_text(change.ratio)} (new/base {change.ratio:.2f}, 95% "
+                f"{change.low:.2f}-{change.high:.2f}; base spread {base}; q={self.q_value:.2g})")
+
+
+def slowdowns(comparison: RunComparison, fail_above_pct: float) -> list[Slowdown]:
+    """The points significantly slower than 1 + PCT/100 (Benjamini-Hochberg over the testable ones)."""
+    line = 1.0 + fail_above_pct / 100.0
+    testable = comparison.testable()
+    q_values = benjamini_hochberg([pair.change.p_beyond(line) for pair in testable if pair.change])
+    return [Slowdown(pair, q) for pair, q in zip(testable, q_values, strict=True)
+            if q is not None and q <= comparison.significance_level and pair.ratio is not None
+            and pair.ratio > line]
+
+
+@dataclass
+class Printer:
+    """compare's stdout, as console text or Markdown."""
+
+    markdown: bool
+
+    def __post_init__(self) -> None:
+        self.console = make_console()
+
+    def say(self, text: str) -> None:
+        if self.markdown:
+            print(text)
+        else:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)  # one line, for grep
+
+    def show(self, table: TextTable) -> None:
+        if self.markdown:
+            print(markdown_table(table))
+        else:
+            print_table(self.console, table)
+
+    def item(self, text: str) -> None:
+        self.say(f"- {text}" if self.markdown else f"  {text}")
+
+
+def show_comparison(out: Printer, comparison: RunComparison) -> None:
+    heading = f"base {comparison.base.describe()} vs new {comparison.new.describe()}"
+    out.say(f"## {heading}\n" if out.markdown else heading)
+    for side in (comparison.base, comparison.new):
+        for run in side.incomplete():
+            out.say(f"note: {run.path} is not a complete run (status {run.meta.get('status')})")
+    if not comparison.pairs:
+        out.say("no rows in common")
+    for table in pair_tables(comparison):
+        out.show(table)
+    if comparison.pairs:
+        out.show(summary_table(comparison))
+        out.say(statistics_note(comparison))
+    for line in unmatched_lines(comparison):
+        out.say(f"    {line}" if out.markdown and line.startswith("  ") else line)
+
+
+def statistics_note(comparison: RunComparison) -> str:
+    """How the table's interval and significance were reached, and what was not testable."""
+    untestable = len(comparison.untestable())
+    note = (f"passes are the evidence: 95% intervals by a bootstrap over passes, significance by "
+            f"Benjamini-Hochberg at a false discovery rate of {comparison.significance_level:g}")
+    if untestable:
+        note += (f"; {untestable} of {len(comparison.pairs)} points have one pass on a side and no "
+                 f"significance: {REPEAT_HINT}")
+    return note
+
+
+@dataclass
+class Verdict:
+    """What the gate found over every comparison of one command."""
+
+    comparisons: int
+    slowdowns: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    unjudged: list[str] = field(default_factory=list)  # comparisons none of whose points could be judged
+
+    def status(self) -> int:
+        return 1 if self.slowdowns or self.mismatches else 0
+
+
+def gate_verdict(out: Printer, fail_above: float, verdict: Verdict) -> int:
+    """Print the regression gate's verdict (stdout, and one stderr line per kind of finding); its status."""
+    gate = f"regression gate (--fail-above {fail_above:g}%)"
+    if verdict.slowdowns:
+        out.say(f"{gate}: FAILED, {len(verdict.slowdowns)} significant slowdowns above {fail_above:g}%:")
+        for line in verdict.slowdowns:
+            out.item(line)
+        print(f"commbench: regression: {len(verdict.slowdowns)} significant slowdowns above {fail_above:g}% "
+              f"(first: {verdict.slowdowns[0]})", file=sys.stderr)
+    if verdict.mismatches:
+        which = "1 comparison does" if len(verdict.mismatches) == 1 else \
+            f"{len(verdict.mismatches)} comparisons do"
+        out.say(f"{gate}: FAILED, {which} not cover the same rows:")
+        for line in verdict.mismatches:
+            out.item(line)
+        print(f"commbench: regression gate: {verdict.mismatches[0]}"
+              + (f" (and {len(verdict.mismatches) - 1} more comparisons)" if len(verdict.mismatches) > 1
+                 else ""), file=sys.stderr)
+    if verdict.unjudged:
+        out.say(f"{gate}: not judged for {', '.join(verdict.unjudged)}: every point has one pass on a side, "
+                f"and samples within one pass say nothing of the next run; {REPEAT_HINT}")
+        print(f"commbench: warning: regression gate: nothing judged for {verdict.unjudged[0]} (one pass per "
+              f"point); {REPEAT_HINT}", file=sys.stderr)
+    if verdict.status() == 0 and len(verdict.unjudged) < verdict.comparisons:
+        out.say(f"{gate}: passed, no significant slowdown above {fail_above:g}%")
+    return verdict.status()
+
+
+def _sides(paths: list[str], base_paths: list[str]) -> tuple[list[SavedRun], list[list[SavedRun]]]:
+    """(the base side's runs, each new side's runs): with --base, the files given pool into one new
+    side; without, the first file is the base and each later file a new side."""
+    if base_paths:
+        base = [load_run(path) for path in expand_paths(base_paths)]
+        news = [load_run(path) for path in expand_paths(paths)]
+        return base, [news]
+    files = expand_paths(paths)
+    if len(files) < 2:
+        raise UsageError("compare needs at least two results files: BASE.json NEW.json [MORE.json ...] "
+                         "(or --base BASE.json NEW.json)")
+    runs = [load_run(path) for path in files]  # every file is read before anything is printed
+    return [runs[0]], [[run] for run in runs[1:]]
+
+
+def compare_command(paths: list[str], fail_above: float | None, significance_level: float,
+                    markdown: bool, base_paths: list[str] | None = None) -> int:
+    if not 0 < significance_level < 1:
+        raise UsageError(f"--significance-level {significance_level:g} must be between 0 and 1")
+    if fail_above is not None and fail_above < 0:
+        raise UsageError(f"--fail-above {fail_above:g} must not be negative")
+    base, news = _sides(paths, list(base_paths or []))
+    check_comparable(base + [run for side in news for run in side])  # fabric compares only with fabric
+    out = Printer(markdown)
+    verdict = Verdict(len(news))
+    for new in news:
+        comparison = compare_runs(base, new, significance_level)
+        show_comparison(out, comparison)
+        problem = coverage_problem(comparison)
+        if problem and fail_above is None:
+            print(f"commbench: warning: {problem}", file=sys.stderr)
+        elif problem:
+            verdict.mismatches.append(problem)
+        if fail_above is not None:
+            verdict.slowdowns.extend(f"{comparison.new.path}: {found.describe()}"
+                                     for found in slowdowns(comparison, fail_above))
+            if comparison.pairs and not comparison.testable():
+                verdict.unjudged.append(comparison.new.path)
+    return 0 if fail_above is None else gate_verdict(out, fail_above, verdict)
