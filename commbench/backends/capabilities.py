@@ -29,7 +29,7 @@ def probe_capabilities(backend: str, device: torch.device) -> Capabilities:
         if why:
             missing[feature] = why
     return Capabilities(backend, device.type, torch.__version__, _nccl_version(backend, cuda), missing,
-                        frozenset(op for op in SYMMETRIC_OPS if _has_cuda_kernel(op)))
+                        frozenset(f"symm_mem::{op}" for op in SYMMETRIC_OPS if _has_cuda_kernel(op)))
 
 
 def _nccl_version(backend: str, cuda: bool) -> tuple[int, ...] | None:

@@ -26,7 +26,7 @@ def resolve_impls(names: list[str]) -> list[str]:
             chosen.append(name)
         else:
             raise UsageError(f"unknown implementation {name!r}{did_you_mean(name, [*REGISTRY, 'all'])}; "
-                             f"choose from {', '.join(REGISTRY)} or all (`commbench list --impls`)")
+                             f"choose from {', '.join(REGISTRY)} or all (docs/implementations.md)")
     if not chosen:
         raise UsageError(f"no implementation given: --impl {', '.join(REGISTRY)} or all")
     return list(dict.fromkeys(name for name in REGISTRY if name in chosen))
