@@ -76,6 +76,7 @@ class ImplFacts:
     register_ms: float | None = None
     setup_bytes: int | None = None
     kernels: list[str] = field(default_factory=list)
+    profiled: bool = False  # --profile-kernels ran its op for this size (every rank runs it once)
 
     def judge(self, table: ImplTable, group_size: int) -> None:
         """The kernel names' verdict (a fallback known in advance stays the verdict)."""

@@ -354,7 +354,7 @@ def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], outp
             if error is not None:
                 rows.append(point.row(mode, None, layout, error=error))
                 continue
-            if point.config.profile_kernels and not facts.kernels:
+            if point.config.profile_kernels and not facts.profiled:  # once per size, on every rank
                 _profile(point, op, facts)
             rows.append(_measure_mode(point, op, (layout, buffers), mode, budgets[mode], slowest, facts))
     return rows
@@ -362,7 +362,7 @@ def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], outp
 
 def _profile(point: SizePoint, op: BoundOp, facts: ImplFacts) -> None:
     """--profile-kernels: one more op, sync, under the profiler; its names judge the path."""
-    facts.kernels = point.backend.kernel_names(lambda: _probe(op, "sync"))
+    facts.kernels, facts.profiled = point.backend.kernel_names(lambda: _probe(op, "sync")), True
     if point.impl is not None:
         facts.judge(point.impl, point.membership.plan.size)
 
