@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check: what commbench's CUDA path must do right on a real device, in at most 8 minutes
+# The prepared GPU check: what commbench's CUDA path must do right on a real device, in at most 10 minutes
 # on one GPU (each step one process unless it says otherwise).
 #
 #   scripts/gpu_check.sh [OUTDIR]      (default: gpu_check_out; PYTHON=... picks the interpreter;
@@ -18,6 +18,8 @@
 #   latency         small all_reduces: device time with the launch hidden, host-observed, and graphed
 #   torchrun        one rank under torchrun
 #   fsdp            the FSDP pattern with --check --overlap
+#   impl            every implementation (--impl all) at one rank with --check and --profile-kernels: what
+#                   runs, what it ran (kernel names, NCCL's log), and each refusal's reason
 #   cuda-tests      the test suite's CUDA-only tests (from a checkout), CUDA kept visible
 # Writes every JSON and log to OUTDIR; exits 1 when any step failed. Without CUDA the CUDA steps print
 # "skip" and the script still runs what the CPU can check.
@@ -215,6 +217,38 @@ fsdp() {
         --backend nccl --json "$OUT/fsdp.json"
 }
 
+impl_step() {
+    # one GPU: whatever runs at one rank (two-shot out of place, multicast and NVSHMEM need more ranks or
+    # hardware: their rows say why); no row may hold wrong values or fail
+    local status=0
+    commbench --backend nccl --nproc 1 --collective all_reduce,all_gather_base,reduce_scatter_base,all_to_all_single \
+        --dtype float32,bfloat16 --placement both --sizes 4K,1M --impl all --check --profile-kernels \
+        --nccl-debug --iters 5 --warmup 1 --json "$OUT/impl.json" || status=$?
+    "$PY" - "$OUT/impl.json" "$status" <<'EOF'
+import json, sys
+from collections import defaultdict
+rows = json.load(open(sys.argv[1]))["rows"]
+by_impl = defaultdict(list)
+for row in rows:
+    by_impl[row["impl"]].append(row)
+for impl, mine in by_impl.items():
+    ran = [row for row in mine if row["time_us_p50"] is not None]
+    statuses = sorted({row["impl_status"] for row in mine})
+    print(f"{impl}: {len(ran)} of {len(mine)} rows measured; status {statuses}; init {mine[0]['impl_init_ms']} ms")
+    for reason in sorted({row["error"] for row in mine if row["error"]}):
+        print(f"    refused: {reason}")
+    for note in sorted({row["impl_note"] for row in ran if row["impl_note"]})[:3]:
+        print(f"    path: {note}")
+    for kernels in sorted({row["kernels"] for row in ran if row["kernels"]})[:2]:
+        print(f"    kernels: {kernels[:160]}")
+failed = [row for row in rows if row["error"] and row["impl_status"] != "unavailable"]
+wrong = [row for row in rows if row["wrong"]]
+assert not wrong, f"{len(wrong)} rows with wrong values, first: {wrong[0]['impl']} {wrong[0]['collective']}"
+assert not failed, f"{len(failed)} rows failed, first: {failed[0]['impl']} {failed[0]['error']}"
+assert int(sys.argv[2]) == 0, f"exit status {sys.argv[2]}"
+EOF
+}
+
 cuda_tests() {
     # the suite's CUDA-only tests (the suite hides CUDA unless COMMBENCH_TEST_CUDA=1: tests/conftest.py)
     [ -d "$HERE/../tests" ] || { echo "no tests/ beside scripts/: not a checkout"; return 0; }
@@ -225,7 +259,7 @@ cuda_tests() {
 
 export OUT PY CUDA HERE
 export -f commbench free_port devices_env memory_window correctness premul graphs latency torchrun_one fsdp \
-    cuda_tests
+    impl_step cuda_tests
 run_step devices-env 120 devices_env
 run_step memory-window 120 memory_window
 if [ "$CUDA" = 1 ]; then
@@ -235,6 +269,7 @@ if [ "$CUDA" = 1 ]; then
     run_step latency 60 latency
     run_step torchrun 45 torchrun_one
     run_step fsdp 60 fsdp
+    run_step impl 150 impl_step
     run_step cuda-tests 150 cuda_tests
 else
     skip correctness "every collective x dtype x op with --check on NCCL"
@@ -243,6 +278,7 @@ else
     skip latency "device time with the launch hidden against host-observed and graphed"
     skip torchrun "one NCCL rank under torchrun"
     skip fsdp "the FSDP pattern on NCCL with --check --overlap"
+    skip impl "every implementation at one rank: what runs, its kernels, each refusal's reason"
     skip cuda-tests "the suite's CUDA-only tests, with COMMBENCH_TEST_CUDA=1"
     skip "devices-env (CUDA part)" "one visible device, PMI under srun, derived local rank, shared device"
     skip "memory-window (CUDA part)" "allocator growth of an async window, empty_cache, cudaMemGetInfo"

@@ -29,6 +29,10 @@ CASES = [
 
 # Refused while the command line is read, before launch: checked in-process (no ranks would start).
 IN_PROCESS_CASES = [
+    (["--impl", "symm-oneshot"], "unknown implementation 'symm-oneshot' (did you mean symm-one-shot?)"),
+    (["--impl", ","], "no implementation given"),
+    (["--impl", "nvshmem-a2av", "--collective", "all_reduce"],
+     "--impl nvshmem-a2av runs all_to_all_single, all_to_allv: none of the collectives asked for"),
     (["--placement", "sideways"], "unknown placement 'sideways'"),
     (["--placement", "in-plac"], "unknown placement 'in-plac' (did you mean in-place?)"),
     (["--check-every", "-1"], "--check-every -1 must be at least 0"),

@@ -23,7 +23,8 @@ LATER_ROW_FIELDS = ("samples", "time_us_p99", "time_us_stdev", "time_us_cv", "ci
                     "group_layout", "group_count", "skew_us_max", "slowest_rank", "placement", "wrong",
                     "first_wrong", "error", "rank_mean_us", "rank_skew_us", "pattern", "model", "unit",
                     "phase", "bucket_mb", "predivide", "postdivide", "calls_per_step", "overlap_pct",
-                    "compute_size", "benchmark", "root")
+                    "compute_size", "benchmark", "root", "impl", "impl_status", "impl_note", "impl_init_ms",
+                    "impl_register_ms", "impl_setup_bytes", "kernels", "output_digest")
 LATER_META_FIELDS = ("benchmarks", "groups")
 
 

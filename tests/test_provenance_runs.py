@@ -49,7 +49,7 @@ def test_a_runs_json_holds_hardware_for_every_host(tmp_path):
     for row in _payload(tmp_path)["rows"]:
         assert row["peak_gbps"] == (None if peak is None else round(peak.gbps, 4))
     # --nccl-debug set NCCL's variables before the start; gloo wrote no log, and that is said
-    assert meta["env"]["NCCL_DEBUG"] == "INFO" and meta["env"]["NCCL_DEBUG_SUBSYS"] == "INIT,TUNING,COLL"
+    assert meta["env"]["NCCL_DEBUG"] == "INFO" and meta["env"]["NCCL_DEBUG_SUBSYS"] == "INIT,TUNING,COLL,REG"
     assert meta["nccl_log"]["files"] == [] and "no NCCL log was written" in outputs[0][0]
     assert not list(tmp_path.glob(".nccl-*"))  # the staging directories are gone
 

@@ -101,7 +101,7 @@ def test_gpu_check_is_valid_bash_and_on_cpu_runs_its_cpu_parts_and_skips_the_res
     out = done.stdout
     assert "no CUDA device: running the CPU-checkable steps only" in out
     assert "ok   devices-env" in out and "ok   memory-window" in out
-    for step in ("correctness", "premul", "graphs", "latency", "torchrun", "fsdp", "cuda-tests",
+    for step in ("correctness", "premul", "graphs", "latency", "torchrun", "fsdp", "impl", "cuda-tests",
                  "devices-env (CUDA part)",
                  "memory-window (CUDA part)"):
         assert f"skip {step}: needs a CUDA device" in out

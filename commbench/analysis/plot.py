@@ -60,7 +60,8 @@ def collect_lines(runs: Iterable[SavedRun], collectives: list[str] | None = None
     lines: list[Line] = []
     for run in runs:
         frame = rows_frame(run.rows).assign(position=range(len(run.rows)))
-        chosen = frame[(frame["size_bytes"] > 0)
+        # rows without a time (refused, an implementation unavailable here) draw nothing: no line
+        chosen = frame[(frame["size_bytes"] > 0) & frame["time_us_p50"].notna()
                        & (frame["collective"].isin(collectives) if collectives is not None else True)]
         for _, members in chosen.groupby(["benchmark", *SERIES_FIELDS], sort=False, dropna=False):
             rows = [run.rows[position] for position in members.sort_values("size_bytes")["position"]]

@@ -3,9 +3,14 @@ operations (apart from the measured communicator) and the process group's lifeti
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from commbench.core.paths import Capabilities, PathSpec
+
+if TYPE_CHECKING:
+    from commbench.backends.paths import PathState
 
 TensorOrList = torch.Tensor | list[torch.Tensor] | None
 
@@ -36,6 +41,7 @@ class CollectiveArgs:
     recv_peer: int | None = None
     window: int = 1
     leads: bool = False
+    path: Any = None  # an implementation's buffers as registered for this size (paths.Binding), or None
 
 
 class Backend(ABC):
@@ -149,6 +155,40 @@ class Backend(ABC):
     def free_cached_memory(self) -> None:
         """Hand memory the allocator keeps cached back to the device (between sizes)."""
         return None
+
+    # --- implementations (commbench.measure.impls) -------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        """What this process's torch, NCCL and device offer the implementations, with why not."""
+        why = f"{type(self).__name__} is not torch.distributed"
+        return Capabilities.none(self.name, self.device.type, why)
+
+    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]]) -> "PathState":
+        """Set up what ``spec`` asks for over ``group`` (None: the world; ``members``: every group's
+        ranks, as communicators are made by every rank): a communicator, a pool, a heap. Raises with
+        the reason when this process cannot."""
+        raise NotImplementedError(f"{type(self).__name__} runs torch.distributed's own calls only")
+
+    def kernel_names(self, run: Any) -> list[str]:
+        """What ``run()`` (one op, completed) ran on the device, by name; [] where nothing can say."""
+        return []
+
+    def symmetric_all_reduce(self, args: CollectiveArgs, algorithm: str) -> None:
+        """All-reduce by torch's symmetric-memory kernel ``algorithm`` (one_shot, two_shot, multimem)."""
+        raise NotImplementedError(f"{type(self).__name__} has no symmetric memory")
+
+    def symmetric_reduce_scatter(self, args: CollectiveArgs) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no symmetric memory")
+
+    def multimem_all_gather(self, args: CollectiveArgs) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no symmetric memory")
+
+    def all_to_all_vdev(self, args: CollectiveArgs) -> None:
+        """All-to-all (even or uneven) by NVSHMEM's all_to_all_vdev, splits on the device."""
+        raise NotImplementedError(f"{type(self).__name__} has no NVSHMEM")
+
+    def torchcomms_op(self, args: CollectiveArgs, collective: str) -> None:
+        """``collective`` through the torchcomms communicator in ``args.path``."""
+        raise NotImplementedError(f"{type(self).__name__} has no torchcomms")
 
     # --- groups and coordination ----------------------------------------------------------------
     def new_groups(self, members: list[list[int]]) -> Any:

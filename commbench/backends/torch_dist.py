@@ -12,9 +12,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from commbench.backends import paths
 from commbench.backends.base import Backend, CollectiveArgs
+from commbench.backends.capabilities import probe_capabilities
 from commbench.backends.control import ControlGroup
 from commbench.backends.coordination import StoreLost
+from commbench.backends.paths import PathState, start_path
+from commbench.backends.profiling import kernel_names
 from commbench.backends.rendezvous import (
     Rendezvous,
     Started,
@@ -23,6 +27,7 @@ from commbench.backends.rendezvous import (
     communicator_timeout,
 )
 from commbench.backends.waiting import HostBlocking, PointToPoint, Waiter
+from commbench.core.paths import Capabilities, PathSpec
 
 _REDUCE_OPS = {
     "sum": "SUM",
@@ -130,6 +135,32 @@ class TorchDistBackend(Backend):
         if self._is_cuda:
             torch.cuda.empty_cache()
 
+    # --- implementations (paths.py) -----------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        return probe_capabilities(self.name, self.device)
+
+    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]]) -> PathState:
+        return start_path(spec, group, members, self.device, self.all_gather_floats, self._waiter.timeout_s)
+
+    def kernel_names(self, run: Any) -> list[str]:
+        return kernel_names(run, self.device)
+
+    def symmetric_all_reduce(self, args: CollectiveArgs, algorithm: str) -> None:
+        paths.symmetric_all_reduce(args, algorithm)
+
+    def symmetric_reduce_scatter(self, args: CollectiveArgs) -> None:
+        paths.symmetric_reduce_scatter(args)
+
+    def multimem_all_gather(self, args: CollectiveArgs) -> None:
+        paths.multimem_all_gather(args)
+
+    def all_to_all_vdev(self, args: CollectiveArgs) -> None:
+        paths.all_to_all_vdev(args)
+
+    def torchcomms_op(self, args: CollectiveArgs, collective: str) -> None:
+        work = paths.torchcomms_call(args, collective)
+        self._issued(args, work if self._is_cuda else HostBlocking(work))
+
     # --- groups and coordination ----------------------------------------------------------------
     def new_group_handles(self, members: list[list[int]], descs: list[str] | None = None) -> list[Any]:
         timeout = {} if self._waiter.timeout_s is None else \
@@ -179,6 +210,10 @@ class TorchDistBackend(Backend):
     def _settle(self, work: Any) -> None:
         """One handle: on CUDA the current stream waits for it (the host does not, except for ops that
         block the host, which are polled first); on CPU the host waits, in slices."""
+        if isinstance(work, HostBlocking) and not self._is_cuda:  # torchcomms' handles on CPU
+            self._waiter.until(work.is_completed)
+            work.wait()
+            return
         if isinstance(work, PointToPoint):
             if self._is_cuda:
                 work.work.wait()

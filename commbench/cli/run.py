@@ -82,6 +82,13 @@ from commbench.config.sweepfile import load_sweep
 @click.option("--placement", default=None,
               help="out-of-place, in-place or both, for all_reduce, reduce_scatter_base and all_gather_base "
                    "[default: all_reduce in place, the others out of place].")
+@click.option("--impl", default=",".join(DEFAULTS["impls"]), show_default=True,
+              help="Comma list of implementations to run each collective by, or 'all' (c10d, nccl-ubr, "
+                   "nccl-symm, symm-one-shot, ...; docs/implementations.md); one that cannot run here "
+                   "is a row saying why.")
+@click.option("--profile-kernels", is_flag=True,
+              help="Record what one op per size ran (torch's profiler: kernel names on CUDA) and judge "
+                   "whether each implementation ran on its own path.")
 @click.option("--check", is_flag=True,
               help="After timing each size, run one op on known values and count wrong elements.")
 @click.option("--check-every", type=int, default=DEFAULTS["check_every"], show_default=True,

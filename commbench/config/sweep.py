@@ -25,6 +25,7 @@ from commbench.core.splits import (
 )
 from commbench.errors import UsageError, did_you_mean
 from commbench.measure.collectives import MODES, PLACEMENTS, resolve_collectives
+from commbench.measure.impls import DEFAULT_IMPLS, check_applicable, resolve_impls
 from commbench.measure.planning import plan_tables
 
 BARRIERS = ("none", "per-iter")
@@ -60,6 +61,8 @@ class RunConfig:
     cuda_graph: int = 0  # replays of a captured window; 0: no graph
     max_memory: int | None = None  # bytes of buffers per rank above which a size is refused
     root: int = 0
+    impls: list[str] = field(default_factory=lambda: list(DEFAULT_IMPLS))  # --impl: ways to run each op
+    profile_kernels: bool = False  # --profile-kernels: record what one op per size ran on the device
 
     def check_world(self, world_size: int) -> None:
         """The root and a splits file against the ranks one collective will span in this world (groups
@@ -220,10 +223,13 @@ def resolve(config: RunConfig) -> RunConfig:
     if config.cuda_graph and "async" in modes:
         raise UsageError(f"--cuda-graph {config.cuda_graph} captures one sync sequence of ops: it cannot "
                          "time --mode async; use --mode sync")
+    impls = resolve_impls(config.impls)
+    check_applicable(impls, collectives, everything="all" in config.impls)
     launch = resolve_launch(config.launch)
     if config.cuda_graph and (launch.device != "cuda" or launch.backend != "nccl"):
         raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
                          "and --backend nccl")
     return replace(config, launch=launch, collectives=collectives, dtypes=dtypes, modes=modes,
                    ops=list(dict.fromkeys(config.ops)), placements=placements,
-                   check=config.check or config.check_every > 0, splits=spec.text, split_matrix=matrix)
+                   check=config.check or config.check_every > 0, splits=spec.text, split_matrix=matrix,
+                   impls=impls)

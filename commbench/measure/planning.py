@@ -18,6 +18,7 @@ from commbench.core.sizes import format_size
 from commbench.core.splits import DEFAULT_SPLITS, SplitSpec, parse_splits
 from commbench.core.splits import describe as describe_splits
 from commbench.measure.collectives import REGISTRY, Collective, Layout, placements_for
+from commbench.measure.impls import impls_for
 
 
 class DeviceChoice(Protocol):
@@ -34,6 +35,7 @@ class SweepRequest(Protocol):
     ops: list[str]
     placements: list[str]
     root: int
+    impls: list[str]
     max_memory: int | None
     iters: int | None
     max_iters: int
@@ -228,6 +230,7 @@ class TablePlan:
     sizes: list[PlannedSize]
     placement: str = ""
     modes: tuple[str, ...] = ("sync",)
+    impl: str = "c10d"  # the implementation (measure.impls) the table's ops run by
 
     def step_count(self) -> int:
         """The (size, mode) points this table measures."""
@@ -237,7 +240,8 @@ class TablePlan:
 def plan_tables(config: SweepRequest, world_size: int, available: MemoryBudget | None = None
                 ) -> tuple[list[TablePlan], list[str]]:
     """The tables of the sweep; ``world_size`` is the ranks one collective spans (a group's size),
-    ``available`` the memory budget when --max-memory does not set one."""
+    ``available`` the memory budget when --max-memory does not set one. Each collective, dtype, op and
+    placement has a table per implementation that runs the collective, one after the other."""
     tables: list[TablePlan] = []
     notes: list[str] = []
     splits = config.split_spec()
@@ -259,7 +263,8 @@ def plan_tables(config: SweepRequest, world_size: int, available: MemoryBudget |
                 notes.extend(_window_notes(_where(collective, limits), planned, config, budget))
             for op in config.ops if collective.reduces else [""]:
                 for placement in placements_for(collective, config.placements):
-                    tables.append(TablePlan(collective, dtype, op, planned, placement, modes))
+                    tables.extend(TablePlan(collective, dtype, op, planned, placement, modes, impl)
+                                  for impl in impls_for(name, config.impls))
     return tables, notes
 
 

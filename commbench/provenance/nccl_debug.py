@@ -21,7 +21,7 @@ from pathlib import Path
 
 from commbench.provenance.nccl_log import DATATYPES, Choice, NcclLog
 
-DEBUG_VARIABLES = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,TUNING,COLL"}
+DEBUG_VARIABLES = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,TUNING,COLL,REG"}
 LOG_NAME = "nccl.%h.%p.log"  # NCCL puts the host name for %h and the process id for %p
 # commbench collective -> the NCCL function its torch call makes; the others go through Send/Recv.
 NCCL_FUNCTIONS = {"all_reduce": "AllReduce", "reduce_scatter": "ReduceScatter",

@@ -1,4 +1,4 @@
-"""NCCL's own account of a run: its INFO log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,TUNING,COLL) read
+"""NCCL's own account of a run: its INFO log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,TUNING,COLL,REG) read
 into what it chose for each collective call: algorithm, protocol, channels and transport.
 
 Invariants: parsing never raises, whatever the text; one NcclLog reads the log of one process (one
@@ -46,6 +46,13 @@ _INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank \d+ nranks (?P<nranks>\d
                    r"(?P<phase>START|COMPLETE)")
 _COMM_SHAPE = re.compile(r"^comm (?P<comm>0x[0-9a-fA-F]+) rank \d+ nRanks (?P<nranks>\d+) nNodes")
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+\S*)")
+# REG and TUNING lines of the paths --impl asks for (register.cc, p2p.cc, nvls.cc from 2.19; the
+# symmetric scheduler's line from 2.27; the copy engine's from 2.29)
+_PATH = re.compile(r"^(?P<func>[A-Za-z]+) \[(?P<path>Symmetric|Copy Engine|Hierarchical CE)\]: "
+                   r"(?P<bytes>\d+) Bytes -> (?P<what>.+?)\s*$")
+_REFUSED = re.compile(r"failed to (?:NVLS |IPC |NET )?register|Skipping (?:graph )?registration")
+_REGISTERED = re.compile(r"^register comm \S+ buffer|successfully registered NVLS|IPC register buffer|"
+                         r"NET register userbuff")
 
 
 @dataclass
@@ -151,6 +158,9 @@ class NcclLog:
         self._current: str | None = None  # the communicator that facts without a name belong to
         self._current_running = False  # the current one was named by a call, not by its init
         self.unattributed = Comm()  # facts seen before the init line that names their communicator
+        self.paths: Counter[tuple[str, int, str]] = Counter()  # (function, bytes, path) of [Symmetric] ...
+        self.registered = 0  # buffers NCCL said it registered
+        self.refused: list[str] = []  # the first registrations NCCL refused, as it said it
 
     def feed_text(self, text: str) -> None:
         for line in text.splitlines():
@@ -183,7 +193,30 @@ class NcclLog:
         if init:
             self._init(init)
             return "comm"
+        return self._path_or_registration(message)
+
+    def _path_or_registration(self, message: str) -> str | None:
+        path = _PATH.match(message)
+        if path:
+            kind = "symmetric" if path["path"] == "Symmetric" else "copy-engine"
+            what = path["what"].split(" nchannels")[0].removeprefix("Kernel ")
+            self.paths[(path["func"], int(path["bytes"]), f"{kind}: {what}")] += 1
+            return "path"
+        if _REFUSED.search(message):
+            if len(self.refused) < 3:
+                self.refused.append(message)
+            return "registration_refused"
+        if _REGISTERED.search(message):
+            self.registered += 1
+            return "registration"
         return None
+
+    def path_for(self, func: str, nbytes: tuple[int, ...]) -> list[str]:
+        """The special paths ([Symmetric] kernels, copy engines) NCCL logged for ``func`` at any of
+        ``nbytes``, most frequent first."""
+        found = Counter({path: count for (name, size, path), count in self.paths.items()
+                         if name == func and size in nbytes})
+        return [path for path, _ in found.most_common()]
 
     # --- collective calls and their tuning --------------------------------------------------------
     def _call(self, found: re.Match) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from commbench.provenance.baselines import Baseline
 from commbench.provenance.nccl_debug import NcclLogReader
+from commbench.provenance.paths import path_columns
 from commbench.provenance.peaks import Peak
 from commbench.results.model import Row, describe_row
 
@@ -82,6 +83,7 @@ def annotate_row(row: Row, context: RowContext | None) -> Row:
     columns: dict[str, Any] = {}
     if context.nccl is not None and not row.error:
         columns.update(_nccl_columns(row, context.nccl))
+        columns.update(path_columns(replace(row, **columns), context.nccl))
     busbw = row.busbw_gbps
     if context.peak is not None and busbw is not None:
         columns.update(peak_gbps=round(context.peak.gbps, 4), peak_source=context.peak.source,

@@ -98,10 +98,21 @@ class Row:
     host: str = ""  # the host an intra-node all_reduce row measured
     elapsed_s: float | None = None  # seconds from the start of the run (the soak) to this row
     repeat: int = 0  # the soak's pass that measured the row, from 0
+    # Implementations (--impl; docs/implementations.md). Files written before them load as c10d.
+    impl: str = "c10d"  # how the op ran: c10d (torch.distributed's call), nccl-ubr, symm-one-shot, ...
+    impl_status: str = ""  # ran, verified, fallback, unavailable (error says why; not a failure); '' c10d
+    impl_note: str = ""  # what showed the path it ran on, or why another path seems to have run
+    impl_init_ms: float | None = None  # once per run: the implementation's communicator, pool or heap
+    impl_register_ms: float | None = None  # this size: registering or rendezvousing its buffers
+    impl_setup_bytes: int | None = None  # device memory those set-up steps took (CUDA; None on CPU)
+    kernels: str = ""  # --profile-kernels: what one op ran on the device (on CPU: the backend's calls)
+    output_digest: str = ""  # --check: a hash of every rank's output after the checked op
 
     def __post_init__(self) -> None:
         if not self.group_size:
             self.group_size = self.world_size
+        if not self.impl:  # a file whose impl column is empty: torch.distributed's own call
+            self.impl = "c10d"
 
     def key(self) -> tuple:
         """What identifies the same measurement in another run (compare matches rows on it)."""
@@ -121,14 +132,18 @@ class Row:
                 continue
             if name == "placement" and value == default_placement(self.collective):
                 continue  # the layout the collective has without --placement says nothing
+            if name == "impl" and value == DEFAULT_IMPL:
+                continue  # torch.distributed's own call: what every row was before --impl
             found.append(f"{name} {value}")
         return found
 
 
 def describe_row(row: Row) -> str:
-    """'all_reduce (float32, sum, in-place, sync) at 64 KiB', as messages name a row."""
+    """'all_reduce (float32, sum, in-place, sync) at 64 KiB', as messages name a row; with another
+    implementation than c10d, 'all_reduce by symm-one-shot (...)'."""
     detail = ", ".join(part for part in (row.dtype, row.op, row.placement, row.mode) if part)
-    return f"{row.collective} ({detail}) at {format_size(row.size_bytes)}"
+    how = "" if row.impl == DEFAULT_IMPL else f" by {row.impl}"
+    return f"{row.collective}{how} ({detail}) at {format_size(row.size_bytes)}"
 
 
 def default_placement(collective: str) -> str:
@@ -138,10 +153,11 @@ def default_placement(collective: str) -> str:
     return known.default_placement if known is not None else ""
 
 
+DEFAULT_IMPL = "c10d"
 # A new field that tells measurements apart (a placement, ...) goes here; compare, fits and plots follow.
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
-              "group_size", "group_layout", "placement",
+              "group_size", "group_layout", "placement", "impl",
               "pattern", "variant", "parallel", "model", "unit", "phase", "bucket_mb", "predivide",
               "postdivide", "group_name", "src_rank", "dst_rank", "host")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")

@@ -108,6 +108,9 @@ class Recording:
             self.writer.add_fits([fit.to_dict() for fit in fits])
         self.reporter.table_done(rows, fits)
 
+    def implementations_done(self, rows: list[Row]) -> None:
+        self.reporter.implementations_done(rows)
+
     def section(self, name: str, payload: dict) -> None:
         self.writer.set_section(name, payload)
 

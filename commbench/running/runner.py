@@ -29,10 +29,10 @@ from commbench.core.devices import MemoryBudget
 from commbench.core.dtypes import torch_dtype
 from commbench.core.groups import Membership, world_plan
 from commbench.core.sizes import format_size
-from commbench.errors import RunError, Terminated, UsageError, brief, failures_named
+from commbench.errors import Terminated, UsageError, failures_named
 from commbench.measure.check import SizeChecker
 from commbench.measure.collectives import Buffers, Layout
-from commbench.measure.planning import PlannedSize, SizeLimits, TablePlan, memory_need, plan_tables
+from commbench.measure.planning import PlannedSize, TablePlan, plan_tables
 from commbench.measure.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.measure.timing import BoundOp, graph_replay_op, warm_up, warm_up_count
 from commbench.measure.values import CheckValues
@@ -40,6 +40,17 @@ from commbench.provenance.verdicts import RowContext
 from commbench.results.model import Row, describe_row
 from commbench.results.passes import soak_lines
 from commbench.results.rows import make_row
+from commbench.running.agreement import agree, agree_with_time, attempt, count_of
+from commbench.running.buffers import allocate
+from commbench.running.implementations import (
+    UNAVAILABLE,
+    ImplFacts,
+    ImplRun,
+    ImplTable,
+    register,
+    row_fields,
+    size_refusal,
+)
 from commbench.running.soak import repeat_until
 from commbench.writers.output import Output
 
@@ -111,24 +122,19 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     output.plan(sum(table.step_count() for table in tables))
     policy = sampling_policy(config)
     all_rows: list[Row] = []
-    for table in tables:
-        budgets = {mode: IterationBudget(policy) for mode in table.modes}
-        table_rows: list[Row] = []
-        for size in table.sizes:
-            if size.requested == session.skipped_size:
-                continue
-            point = SizePoint(config, backend, table, size, session.membership, session.row_context,
-                              session.memory)
-            _check_in(point, point.label(), session.stop_requested)
-            for row in measure_size(point, budgets, output):
-                output.row(row)
-                if row.wrong:
-                    output.note(f"{describe_row(row)}: {row.wrong} wrong elements, first at "
-                                f"{row.first_wrong}")
-                table_rows.append(row)
-            backend.free_cached_memory()  # the size's buffers are gone: nothing cached for the next
-        output.table_done(table_rows)
-        all_rows.extend(table_rows)
+    impls = ImplRun(backend, session.membership)
+    compared: list[Row] = []  # the rows of one collective, dtype, op and placement over implementations
+    try:
+        for table in tables:
+            table_rows = _run_table(config, backend, table, session, impls, policy, output)
+            if compared and _comparable(compared[0]) != _comparable(table_rows[0] if table_rows else None):
+                _implementations_done(compared, output)
+                compared = []
+            compared.extend(table_rows)
+            all_rows.extend(table_rows)
+        _implementations_done(compared, output)
+    finally:
+        impls.close()
     # Every rank has finished measuring: a stop asked for during the last size has nothing left to stop.
     if tables:
         _check_in(SizePoint(config, backend, tables[-1], PlannedSize(0, 0, 0), session.membership),
@@ -136,18 +142,53 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     return all_rows
 
 
+def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: Session, impls: ImplRun,
+               policy: SamplingPolicy, output: Output) -> list[Row]:
+    """One table's rows, each reported as it is measured, then the table."""
+    budgets = {mode: IterationBudget(policy) for mode in table.modes}
+    impl = impls.table(table)
+    table_rows: list[Row] = []
+    for size in table.sizes:
+        if size.requested == session.skipped_size:
+            continue
+        point = SizePoint(config, backend, table, size, session.membership, session.row_context,
+                          session.memory, impl)
+        _check_in(point, point.label(), session.stop_requested)
+        for row in measure_size(point, budgets, output):
+            output.row(row)
+            if row.wrong:
+                output.note(f"{describe_row(row)}: {row.wrong} wrong elements, first at {row.first_wrong}")
+            table_rows.append(row)
+        backend.free_cached_memory()  # the size's buffers are gone: nothing cached for the next
+    output.table_done(table_rows)
+    return table_rows
+
+
+def _comparable(row: Row | None) -> tuple | None:
+    """What the tables of one comparison share: all but the implementation."""
+    return None if row is None else (row.benchmark, row.collective, row.dtype, row.op, row.placement)
+
+
+def _implementations_done(rows: list[Row], output: Output) -> None:
+    """Implementations side by side, when at least two of them measured something."""
+    measured = {row.impl for row in rows if row.impl_status != UNAVAILABLE}
+    if len(measured) > 1:
+        output.implementations_done(rows)
+
+
 def sweep_failure(rows: list[Row]) -> str | None:
     """Why a finished sweep exits 1: rows that failed or held wrong values; None when all is well."""
-    failed = [row for row in rows if row.error]
+    failed = [row for row in rows if row.error and row.impl_status != UNAVAILABLE]
     wrong = [row for row in rows if row.wrong]
     problems = []
     if failed:
         first = failed[0]
-        problems.append(f"{_count(len(failed), 'row')} failed (first: {describe_row(first)}: {first.error})")
+        problems.append(f"{count_of(len(failed), 'row')} failed (first: {describe_row(first)}: "
+                        f"{first.error})")
     if wrong:
         first = wrong[0]
-        problems.append(f"{_count(len(wrong), 'row')} had wrong values (first: {describe_row(first)}: "
-                        f"{_count(first.wrong or 0, 'wrong element')}, the first at {first.first_wrong})")
+        problems.append(f"{count_of(len(wrong), 'row')} had wrong values (first: {describe_row(first)}: "
+                        f"{count_of(first.wrong or 0, 'wrong element')}, the first at {first.first_wrong})")
         if any(row.op == "premul_sum" and row.dtype == "bfloat16" and row.backend == "nccl" for row in wrong):
             problems.append(PREMUL_BFLOAT16_HINT)
     return "; ".join(problems) or None
@@ -158,10 +199,6 @@ PREMUL_BFLOAT16_HINT = (
     "bfloat16 premul_sum: torch's NCCL backend may hand NCCL the factor as a 4-byte float that NCCL reads "
     "as 2 bytes, so a power of two reads as 0 (pytorch/pytorch#190745, seen in torch 2.11); "
     "scripts/premul_probe.py asks plain torch")
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -176,32 +213,41 @@ class SizePoint:
     membership: Membership
     row_context: RowContext | None = None
     memory: MemoryBudget | None = None  # the default budget (--max-memory, when given, comes first)
+    impl: ImplTable | None = None  # the table's implementation as set up on this rank (None: c10d)
 
     @property
     def placement(self) -> str:
         return self.table.placement or self.table.collective.default_placement
 
-    def layout(self) -> Layout:
+    @property
+    def how(self) -> str:
+        """' by symm-one-shot' for an implementation other than c10d, as messages name it."""
+        return "" if self.table.impl == "c10d" else f" by {self.table.impl}"
+
+    def layout(self, allocate: Any = None) -> Layout:
         size, config = self.size, self.config
         return Layout(size.count_per_rank, self.membership.plan.size, self.membership.group_rank, config.root,
                       torch_dtype(self.table.dtype), self.backend.device, self.placement, size.chunk_counts,
-                      size.pair_counts, config.p2p_window)
+                      size.pair_counts, config.p2p_window, allocate)
 
     def label(self) -> str:
         """What is about to be measured, as messages and check-ins name it."""
         detail = ", ".join(part for part in (self.table.dtype, self.table.op, self.table.placement) if part)
-        return f"{self.table.collective.name} ({detail}) at size {format_size(self.size.used)}"
+        return f"{self.table.collective.name}{self.how} ({detail}) at size {format_size(self.size.used)}"
 
     def failed_in(self, mode: str) -> str:
         table = self.table
         detail = ", ".join(part for part in (table.dtype, table.op, self.placement, mode) if part)
-        return (f"{table.collective.name} ({detail}) failed at size {format_size(self.size.used)} "
+        return (f"{table.collective.name}{self.how} ({detail}) failed at size {format_size(self.size.used)} "
                 f"on rank {self.backend.rank}")
 
     def row(self, mode: str, sampled: Sampled | None, layout: Layout, checker: SizeChecker | None = None,
-            error: str = "") -> Row:
+            error: str = "", facts: ImplFacts | None = None) -> Row:
         table, size, plan, backend = self.table, self.size, self.membership.plan, self.backend
         collective = table.collective
+        impl = row_fields(self.impl, facts) if self.impl is not None else {}
+        if facts is not None and facts.status == UNAVAILABLE:  # refused at this size: not a failure
+            impl.update(impl_status=UNAVAILABLE, impl_note="")
         return make_row(
             sampled, time_scale=collective.time_scale(layout),
             members=[list(ranks) for ranks in plan.members],
@@ -213,7 +259,7 @@ class SizePoint:
             wrong=None if checker is None else checker.wrong,
             first_wrong="" if checker is None else checker.first_wrong, error=error,
             benchmark=self.config.name, root=self.config.root if collective.rooted else -1,
-            context=self.row_context)
+            output_digest="" if checker is None else checker.digest, context=self.row_context, **impl)
 
 
 def _check_in(point: SizePoint, label: str, stop_requested: Callable[[], int]) -> None:
@@ -224,69 +270,6 @@ def _check_in(point: SizePoint, label: str, stop_requested: Callable[[], int]) -
     stop = point.backend.check_in(label, signature, stop_requested())
     if stop:
         raise Terminated(stop)
-
-
-def _attempt(action: Callable[[], Any]) -> tuple[Any, str | None]:
-    """``action()``'s value, or the first line of the error it raised."""
-    try:
-        return action(), None
-    except (RunError, UsageError, Terminated):
-        raise
-    except AllocationFailed as exc:  # already one line, naming what a reader needs
-        return None, str(exc)
-    except Exception as exc:
-        return None, brief(exc)
-
-
-def agree(backend: Backend, error: str | None) -> str | None:
-    """Every rank learns whether any rank failed, and the first failure: ranks then act alike."""
-    return agree_with_time(backend, error, 0.0)[0]
-
-
-def agree_with_time(backend: Backend, error: str | None, seconds: float) -> tuple[str | None, float]:
-    """``agree``, and the largest of the ranks' ``seconds``, in the same gather."""
-    flags = backend.all_gather_floats([0.0 if error is None else 1.0, seconds])
-    slowest = max(value for _, value in flags)
-    if not any(flag for flag, _ in flags):
-        return None, slowest
-    texts = backend.all_gather_object(error)
-    failing = [rank for rank, text in enumerate(texts) if text is not None]
-    if len(failing) == len(texts) and len(set(texts)) == 1:
-        return f"{texts[0]} (on every rank)", slowest
-    others = len(failing) - 1
-    return f"rank {failing[0]}: {texts[failing[0]]}" + (f" (and {_count(others, 'other rank')})"
-                                                         if others else ""), slowest
-
-
-def _allocate(point: SizePoint, layout: Layout) -> Buffers:
-    try:
-        buffers = point.table.collective.build(layout)
-    except (RuntimeError, MemoryError) as exc:  # torch's out-of-memory errors are RuntimeErrors
-        raise AllocationFailed(out_of_memory(point, exc)) from exc
-    for tensor in buffers.tensors():
-        tensor.zero_()  # zeros: repeated in-place reductions stay finite in every dtype
-    return buffers
-
-
-class AllocationFailed(Exception):
-    """A size's buffers could not be allocated; the message names the size, the need and the budget."""
-
-
-def out_of_memory(point: SizePoint, exc: BaseException) -> str:
-    """'could not allocate 1 GiB: needs 1.5 GiB per rank (...); 1.2 GiB per rank, 90% of ...;
-    --max-memory not set'."""
-    config, table = point.config, point.table
-    limits = SizeLimits(point.membership.plan.size, table.dtype, config.root, None, None,
-                        point.backend.device.type)
-    need = memory_need(table.collective, point.size, limits)
-    if config.max_memory is not None:
-        within = f"within --max-memory {format_size(config.max_memory)}"
-    elif point.memory is not None:
-        within = f"{point.memory.describe()}; --max-memory not set"
-    else:
-        within = "available memory unknown; --max-memory not set"
-    return (f"out of memory allocating size {format_size(point.size.used)}: it needs {need.describe()}; "
-            f"{within} ({type(exc).__name__})")
 
 
 def _probe(op: BoundOp, mode: str) -> float:
@@ -305,36 +288,87 @@ def _probe(op: BoundOp, mode: str) -> float:
 def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: Output) -> list[Row]:
     """One row per mode for one size; the buffers are this call's locals, released when it returns."""
     backend, table = point.backend, point.table
-    layout = point.layout()
+    refused = _refusal(point)
+    if refused is not None:
+        return [point.row(mode, None, point.layout(), error=refused, facts=ImplFacts(UNAVAILABLE))
+                for mode in table.modes]
+    state = point.impl.state if point.impl is not None else None
+    scope, error = attempt(state.size_scope) if state is not None else (None, None)
+    error = agree(backend, error) if state is not None else None
+    if error is not None:
+        return [point.row(mode, None, point.layout(), error=f"set-up failed: {error}",
+                          facts=ImplFacts(UNAVAILABLE)) for mode in table.modes]
+    try:
+        return _measure_buffers(point, budgets, output, scope)
+    finally:
+        if scope is not None:
+            attempt(scope.release)
+
+
+def _refusal(point: SizePoint) -> str | None:
+    """Why this size runs nothing: a CUDA graph cannot hold the collective, the implementation
+    cannot run here, or not at this size."""
+    table = point.table
     if point.config.cuda_graph and not table.collective.capturable:
-        why = f"{table.collective.name} blocks the host until every rank arrives: a CUDA graph cannot hold it"
-        return [point.row(mode, None, layout, error=why) for mode in table.modes]
-    # All ranks agree before the first collective: a rank that cannot allocate (out of memory) makes
-    # an error row on every rank instead of leaving the others waiting inside a collective.
+        return (f"{table.collective.name} blocks the host until every rank arrives: a CUDA graph cannot "
+                "hold it")
+    if point.impl is None:
+        return None
+    if point.impl.refusal is not None:
+        return point.impl.refusal
+    return size_refusal(point.impl, table, point.size, point.membership.plan.size)
+
+
+def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], output: Output,
+                     scope: Any) -> list[Row]:
+    backend, table = point.backend, point.table
+    layout = point.layout(None if scope is None else scope.allocate)
+    # All ranks agree before the first collective: a rank that cannot allocate (out of memory), or
+    # register its buffers, makes an error row on every rank instead of leaving the others waiting.
     with failures_named(lambda: point.failed_in(table.modes[0])):
-        buffers, error = _attempt(lambda: _allocate(point, layout))
+        buffers, error = attempt(lambda: allocate(point, layout))
         error = agree(backend, error)
+        if error is None and scope is not None:
+            splits = buffers.input_splits or [layout.count_per_rank] * layout.world_size
+            registered, error = attempt(lambda: register(backend, scope, buffers.tensors(), splits))
+            error = agree(backend, error)
     if error is not None:
         return [point.row(mode, None, layout, error=error) for mode in table.modes]
+    facts = ImplFacts() if scope is None else ImplFacts(register_ms=round(registered.seconds * 1e3, 3),
+                                                        setup_bytes=registered.bytes_taken)
     args = CollectiveArgs(process_group=point.membership.process_group, op=table.op or "sum",
                           root=point.config.root, premul_factor=point.config.premul_factor,
                           **buffers.call_options())
-    op = BoundOp(backend, args, table.collective.issue)
+    if scope is not None:
+        args.process_group, args.path = point.impl.state.group, registered.binding
+    issue = point.impl.impl.issue_for(table.collective.name, table.collective.issue) if point.impl \
+        else table.collective.issue
+    op = BoundOp(backend, args, issue)
     rows = []
     for mode in table.modes:
-        output.working(f"{table.collective.name} {table.dtype} {format_size(point.size.used)} {mode}")
+        output.working(f"{table.collective.name}{point.how} {table.dtype} {format_size(point.size.used)} "
+                       f"{mode}")
         with failures_named(lambda: point.failed_in(mode)):  # noqa: B023 - used before the loop moves on
-            seconds, error = _attempt(lambda: _probe(op, mode))  # noqa: B023 - called at once
+            seconds, error = attempt(lambda: _probe(op, mode))  # noqa: B023 - called at once
             error, slowest = agree_with_time(backend, error, seconds or 0.0)
             if error is not None:
                 rows.append(point.row(mode, None, layout, error=error))
                 continue
-            rows.append(_measure_mode(point, op, (layout, buffers), mode, budgets[mode], slowest))
+            if point.config.profile_kernels and not facts.profiled:  # once per size, on every rank
+                _profile(point, op, facts)
+            rows.append(_measure_mode(point, op, (layout, buffers), mode, budgets[mode], slowest, facts))
     return rows
 
 
+def _profile(point: SizePoint, op: BoundOp, facts: ImplFacts) -> None:
+    """--profile-kernels: one more op, sync, under the profiler; its names judge the path."""
+    facts.kernels, facts.profiled = point.backend.kernel_names(lambda: _probe(op, "sync")), True
+    if point.impl is not None:
+        facts.judge(point.impl, point.membership.plan.size)
+
+
 def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], mode: str,
-                  budget: IterationBudget, probe_seconds: float) -> Row:
+                  budget: IterationBudget, probe_seconds: float, facts: ImplFacts | None = None) -> Row:
     """Warm-up, the timed ops (with --check, checked ops between and after them) and the row."""
     config = point.config
     layout, buffers = built
@@ -353,4 +387,4 @@ def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], 
     sampled = collect(op, mode, budget, point.size.used, interlude, point.size.window)
     if interlude is not None:
         interlude.finish()  # the checked op after timing
-    return point.row(mode, sampled, layout, checker=checker)
+    return point.row(mode, sampled, layout, checker=checker, facts=facts)

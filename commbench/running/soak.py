@@ -41,6 +41,9 @@ class StampedOutput:
     def table_done(self, rows: list[Row]) -> None:
         self.inner.table_done(rows)
 
+    def implementations_done(self, rows: list[Row]) -> None:
+        self.inner.implementations_done(rows)
+
     def plan(self, steps: int) -> None:
         self.inner.plan(steps)
 

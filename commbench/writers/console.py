@@ -6,7 +6,7 @@ HTML. (The nccl-tests and JSON-lines console formats are in formats.py.)
 """
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,8 @@ from rich.table import Table
 from commbench.core.sizes import format_size
 from commbench.results.fit import SeriesFit, fit_line
 from commbench.results.kinds import LiveRun, kind_named
-from commbench.results.model import Row, RunMeta
+from commbench.results.model import DEFAULT_IMPL, Row, RunMeta
+from commbench.results.side_by_side import unavailable
 
 
 def make_console(quiet: bool = False) -> Console:
@@ -97,6 +98,7 @@ def group_title(row: Row) -> str:
     parts = [row.benchmark] if row.benchmark else []
     parts += [row.collective, row.dtype] + ([f"op {row.op}"] if row.op else [])
     parts += [row.placement] if row.placement else []
+    parts += [] if row.impl == DEFAULT_IMPL else [row.impl]
     return " · ".join(parts)
 
 
@@ -205,6 +207,9 @@ class ReporterBase:
     def close(self) -> None:
         pass
 
+    def implementations_done(self, rows: list[Row]) -> None:
+        pass
+
 
 class ConsoleReporter(ReporterBase):
     """Prints what the runner reports; only rank 0 has one.
@@ -213,8 +218,10 @@ class ConsoleReporter(ReporterBase):
     terminal, or with --quiet, there is none.
     """
 
-    def __init__(self, console: Console, per_rank: bool = False, skew_threshold: float = 25.0) -> None:
+    def __init__(self, console: Console, per_rank: bool = False, skew_threshold: float = 25.0,
+                 side_by_side: Callable[[list[Row]], TextTable] | None = None) -> None:
         self.console = console
+        self.side_by_side = side_by_side  # implementations compared (writers/side_by_side.py)
         self.per_rank = per_rank
         self.skew_threshold = skew_threshold
         self.hostnames: list[str] = []
@@ -266,12 +273,20 @@ class ConsoleReporter(ReporterBase):
         if kind is not None and kind.console is not None:
             kind.console(self.console, rows, LiveRun(self.hostnames, self.run_config))
             return
+        reason = unavailable(rows)
+        if reason:  # an implementation that cannot run here: a line, not a table of dashes
+            self.console.print(f"[dim]{escape(group_title(rows[0]))} unavailable: {escape(reason)}[/dim]")
+            return
         print_table(self.console, run_table(rows, fits))
         if self.per_rank and rows[0].rank_skew_us:
             self.console.print(per_rank_table(rows, self.hostnames, self.group_of))
         line = straggler_line(rows, self.hostnames, self.skew_threshold)
         if line:
             self.console.print(f"[yellow]{escape(line)}[/yellow]")
+
+    def implementations_done(self, rows: list[Row]) -> None:
+        if self.side_by_side is not None:
+            print_table(self.console, self.side_by_side(rows))
 
     def files(self, paths: Iterable[str]) -> None:
         self.console.print(escape("results: " + ", ".join(paths)))

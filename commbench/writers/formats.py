@@ -22,6 +22,7 @@ from commbench.results.fit import SeriesFit, fit_line
 from commbench.results.model import Row, RunMeta
 from commbench.writers.console import ConsoleReporter, ReporterBase, group_title, header_line, make_console
 from commbench.writers.files import clean_for_json
+from commbench.writers.side_by_side import side_by_side_table
 
 # Our dtype and reduce-op names in nccl-tests' spelling.
 NCCL_TESTS_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
@@ -178,4 +179,4 @@ def make_reporter(setup: ConsoleSettings) -> Reporter:
     if setup.output_format == "jsonl":
         return JsonLinesReporter(sys.stdout, sys.stderr)
     return ConsoleReporter(make_console(), per_rank=setup.per_rank,
-                           skew_threshold=setup.skew_threshold_percent)
+                           skew_threshold=setup.skew_threshold_percent, side_by_side=side_by_side_table)

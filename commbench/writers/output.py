@@ -3,7 +3,8 @@ to, and the null sink of the ranks that do not record.
 
 Rank 0 gets a recording output (recording.RecordingOutput: the files, then the console); every other
 rank gets ``NullOutput``. A producer calls ``plan`` once, ``working`` before each point, ``row`` as each
-row is measured, ``note`` for anything worth a line, ``table_done`` with the rows of each table, and
+row is measured, ``note`` for anything worth a line, ``table_done`` with the rows of each table,
+``implementations_done`` with the rows of tables that differ only by implementation, and
 ``section`` for a named part of results.json beside the rows (fabric's matrices and suspects).
 """
 
@@ -26,6 +27,10 @@ class Output(Protocol):
     def table_done(self, rows: list[Row]) -> None:
         """The rows of one table (a collective, dtype, op and placement; a pattern's run) are all in."""
 
+    def implementations_done(self, rows: list[Row]) -> None:
+        """The tables of one collective, dtype, op and placement by several implementations are all in
+        (``rows``: theirs, in order): to show them side by side."""
+
     def section(self, name: str, payload: dict) -> None:
         """Write ``payload`` as the part ``name`` of results.json, replacing an earlier one."""
 
@@ -46,6 +51,9 @@ class NullOutput:
         pass
 
     def table_done(self, rows: list[Row]) -> None:
+        pass
+
+    def implementations_done(self, rows: list[Row]) -> None:
         pass
 
     def section(self, name: str, payload: dict) -> None:

@@ -45,8 +45,12 @@ class Layout:
     chunk_counts: tuple[int, ...] = ()  # reduce_scatter_v, all_gather_v: each rank's chunk
     pair_counts: tuple[tuple[int, ...], ...] = ()  # all_to_allv: [i][j] elements rank i sends rank j
     window: int = 1  # point-to-point messages in flight per op
+    # where an implementation's buffers come from (count, dtype, device) -> tensor; None: torch.empty
+    allocate: Callable[[int, torch.dtype, torch.device], torch.Tensor] | None = None
 
     def empty(self, count: int) -> torch.Tensor:
+        if self.allocate is not None:
+            return self.allocate(count, self.dtype, self.device)
         import torch
 
         return torch.empty(count, dtype=self.dtype, device=self.device)

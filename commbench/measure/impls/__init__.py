@@ -1,0 +1,49 @@
+"""The implementations: every way commbench can run a collective, by name (--impl).
+
+An implementation (base.Implementation) says which collectives it runs, what it needs, what the backend
+sets up for it and what proves its path ran; the runner measures each like c10d, its set-up timed apart,
+and an implementation that cannot run here becomes rows with the reason. The families register
+themselves in their modules, imported here in the order `--impl all` runs them (docs/implementations.md).
+"""
+
+from commbench.measure.impls import c10d, nccl, symmetric, nvshmem, torchcomms  # noqa: F401, I001
+from commbench.measure.impls.base import REGISTRY, Evidence, Implementation, Needs, Setting, SizeFacts
+from commbench.errors import UsageError, did_you_mean
+
+__all__ = ["DEFAULT_IMPLS", "REGISTRY", "Evidence", "Implementation", "Needs", "Setting", "SizeFacts",
+           "check_applicable", "impls_for", "resolve_impls"]
+
+DEFAULT_IMPLS = ["c10d"]
+
+
+def resolve_impls(names: list[str]) -> list[str]:
+    """--impl: names (or 'all') in registry order, once each; UsageError naming an unknown one."""
+    chosen: list[str] = []
+    for name in names:
+        if name == "all":
+            chosen.extend(REGISTRY)
+        elif name in REGISTRY:
+            chosen.append(name)
+        else:
+            raise UsageError(f"unknown implementation {name!r}{did_you_mean(name, [*REGISTRY, 'all'])}; "
+                             f"choose from {', '.join(REGISTRY)} or all (docs/implementations.md)")
+    if not chosen:
+        raise UsageError(f"no implementation given: --impl {', '.join(REGISTRY)} or all")
+    return list(dict.fromkeys(name for name in REGISTRY if name in chosen))
+
+
+def impls_for(collective: str, names: list[str]) -> list[str]:
+    """The implementations of ``names`` that run ``collective``, in order."""
+    return [name for name in names if REGISTRY[name].runs(collective)]
+
+
+def check_applicable(names: list[str], collectives: list[str], everything: bool) -> None:
+    """UsageError when an implementation named on its own runs none of the collectives asked for
+    (with 'all', such implementations are left out of those collectives' tables)."""
+    if everything:
+        return
+    for name in names:
+        if not any(REGISTRY[name].runs(collective) for collective in collectives):
+            runs = ", ".join(REGISTRY[name].collectives or ())
+            raise UsageError(f"--impl {name} runs {runs}: none of the collectives asked for "
+                             f"({', '.join(collectives)})")
