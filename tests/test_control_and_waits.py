@@ -105,6 +105,36 @@ def _all_reduce_unless(waiter: Waiter, first: object) -> str:
     return outcome
 
 
+class _CompletesAsItsSliceRunsOut:
+    """A handle whose first sliced wait runs out just as the op completes: c10d's Work.wait(timeout)
+    raises "Operation timed out!", and is_completed() is already true when asked (32 ranks on 2 cores
+    hit this every run). ``then`` is what its next wait does: return, or raise the op's own failure."""
+
+    def __init__(self, then: Exception | None = None) -> None:
+        self.waits = 0
+        self.then = then
+
+    def wait(self, timeout=None) -> bool:
+        self.waits += 1
+        if self.waits == 1:
+            raise RuntimeError("Operation timed out!")
+        if self.then is not None:
+            raise self.then
+        return True
+
+    def is_completed(self) -> bool:
+        return self.waits >= 1
+
+
+def test_an_op_that_completes_as_its_slice_runs_out_is_no_failure():
+    work = _CompletesAsItsSliceRunsOut()
+    Waiter(60.0).work(work)
+    assert work.waits == 2
+    failing = _CompletesAsItsSliceRunsOut(RuntimeError("Connection reset by peer"))
+    with pytest.raises(RuntimeError, match="Connection reset by peer"):  # its own failure, not the slice's
+        Waiter(60.0).work(failing)
+
+
 def test_waits_end_at_their_deadline_when_a_peer_fails_or_with_the_collectives_own_error():
     (stalled, failed, own_error), (late, failing, _) = run_ranks(_stalled_and_failed_peers, 2, free_port())
     assert stalled.startswith("did not complete within 1 s (--timeout): a peer is hung")

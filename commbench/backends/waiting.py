@@ -90,8 +90,13 @@ class Waiter:
             except RuntimeError as exc:
                 # c10d's own words for a slice that ran out; anything else is the collective's failure
                 # (a composite handle, such as gloo's flat reduce-scatter, may never say it completed)
-                if SLICE_TIMED_OUT not in str(exc) or work.is_completed():
+                if SLICE_TIMED_OUT not in str(exc):
                     raise
+                if work.is_completed():
+                    # It completed after the slice ran out and before we asked (on a loaded host that
+                    # moment lasts until this process gets a core back): its own outcome, at once.
+                    work.wait(timeout=timedelta(seconds=slice_s))
+                    return
             if time.monotonic() - started < slice_s / 2:
                 time.sleep(0.001)  # a handle that returned at once must not make this loop spin
             next_trouble = self._check(deadline, next_trouble)
