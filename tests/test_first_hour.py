@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -158,6 +159,40 @@ def test_a_bad_output_location_is_refused_before_any_rank_starts(tmp_path, where
 def test_near_misses_get_a_hint(args, message):
     result = run_cli(*args)
     assert result.returncode == 2 and message in result.stderr
+
+
+# --- the working directory -----------------------------------------------------------------------
+
+def _console_script() -> str:
+    return str(Path(sys.executable).parent / "commbench")
+
+
+@pytest.mark.processes
+def test_a_folder_named_commbench_in_the_working_directory_does_not_hide_the_package_from_the_ranks(tmp_path):
+    """The directory holding a checkout: ``commbench/`` there is no package, yet the ranks start."""
+    (tmp_path / "commbench" / "commbench").mkdir(parents=True)
+    result = subprocess.run([_console_script(), "--sizes", "1K:4K", "--iters", "2", "--warmup", "0",
+                             "--output-dir", str(tmp_path / "out")], capture_output=True, text=True,
+                            timeout=240, env=launcherless_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "results:" in result.stdout
+
+
+@pytest.mark.processes
+def test_python_m_commbench_says_in_one_line_which_folder_hides_the_package(tmp_path):
+    (tmp_path / "commbench" / "commbench").mkdir(parents=True)
+    probe = subprocess.run([sys.executable, "-c", "import commbench; print(commbench.__spec__.origin)"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "commbench", "--version"], capture_output=True, text=True,
+                            timeout=60, env=launcherless_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    if probe.stdout.strip() != "None":  # a regular (not editable) install wins over the folder anyway
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"commbench: error: the folder {tmp_path / 'commbench'} hides the installed commbench package "
+        "(python -m puts the working directory first on the import path): run from another directory, "
+        "or start python with -P"]
 
 
 def test_the_version_is_importable():
