@@ -148,6 +148,33 @@ def test_a_bad_output_location_is_refused_before_any_rank_starts(tmp_path, where
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+# --- result files two runs are given ---------------------------------------------------------------
+
+@pytest.mark.processes
+def test_a_second_run_given_the_same_result_file_is_refused_naming_the_first(tmp_path):
+    csv_path, json_path = tmp_path / "r.csv", tmp_path / "r.json"
+    first = start_commbench("--sizes", "1K:2000K:+1K", "--iters", "2", "--warmup", "0",
+                            "--csv", str(csv_path), "--json", str(json_path))
+    try:
+        wait_for_rows(csv_path, 2, first)
+        second = run_cli("--sizes", "4K", "--iters", "2", "--json", str(json_path),
+                         "--output-dir", str(tmp_path / "second"))
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert second.returncode == 2 and not (tmp_path / "second").exists()
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(f"commbench: error: --json {json_path} is being written by another commbench run "
+                           f"(pid {first.pid} on ")
+    assert first.returncode == 130
+    saved = json.loads(json_path.read_text())
+    assert saved["rows"] and {row["size_bytes"] for row in saved["rows"]} != {4096}  # the first run's rows
+    assert not list(tmp_path.glob(".*.lock"))  # released and removed when the first run ended
+    third = run_cli("--sizes", "4K", "--iters", "2", "--json", str(json_path), "--csv", str(csv_path))
+    assert third.returncode == 0, third.stderr
+    assert [row["size_bytes"] for row in json.loads(json_path.read_text())["rows"]] == [4096]
+
+
 # --- names --------------------------------------------------------------------------------------
 
 @pytest.mark.processes

@@ -18,7 +18,7 @@ from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.errors import UsageError
 from commbench.running.launcher import detect
 from commbench.running.spawn import spawn_local
-from commbench.writers.paths import check_directory, check_file
+from commbench.writers.paths import check_directory, check_file, held_files
 
 if TYPE_CHECKING:
     from commbench.running.rank import Work
@@ -58,12 +58,22 @@ def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, 
         check_local_launch(benchmarks)
         check_output_location(setup)
         announce_local_ranks(setup)
-        return spawn_local(setup.argv, setup.nproc)
+        with held_files(exact_files(setup)):  # the spawner holds them for its ranks (launcher "local")
+            return spawn_local(setup.argv, setup.nproc)
     if info.rank == 0:
         check_output_location(setup)
     from commbench.running.rank import run_rank
 
-    return run_rank(list(benchmarks), info, environ, work)
+    holds = info.rank == 0 and info.launcher != "local"
+    with held_files(exact_files(setup) if holds else []):
+        return run_rank(list(benchmarks), info, environ, work)
+
+
+def exact_files(setup: LaunchConfig) -> list[tuple[str, Path]]:
+    """The result files named exactly (--csv, --json), which another run may be given too; a run
+    directory's name is new for every run."""
+    return [(flag, Path(path)) for flag, path in (("--csv", setup.csv_path), ("--json", setup.json_path))
+            if path]
 
 
 def announce_local_ranks(setup: LaunchConfig) -> None:
@@ -82,8 +92,7 @@ def announce_local_ranks(setup: LaunchConfig) -> None:
 
 def check_output_location(setup: LaunchConfig) -> None:
     """UsageError, before any rank starts, when the results cannot be written where asked."""
-    exact = [(flag, Path(path)) for flag, path in (("--csv", setup.csv_path), ("--json", setup.json_path))
-             if path]
+    exact = exact_files(setup)
     for flag, path in exact:
         check_file(flag, path)
     if len(exact) < 2:  # a file not given exactly goes under --output-dir
