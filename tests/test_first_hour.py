@@ -175,6 +175,22 @@ def test_a_second_run_given_the_same_result_file_is_refused_naming_the_first(tmp
     assert [row["size_bytes"] for row in json.loads(json_path.read_text())["rows"]] == [4096]
 
 
+# --- saved runs named by their output directory ----------------------------------------------------
+
+@pytest.mark.processes
+def test_compare_and_load_take_output_directories_that_hold_one_run(tmp_path):
+    for name in ("A", "B"):
+        made = run_cli("--sizes", "1K,4K", "--iters", "2", "--warmup", "0", "--quiet",
+                       "--output-dir", f"runs/{name}", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+    compared = run_cli("compare", "runs/A", "runs/B", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    (run_a,) = (tmp_path / "runs" / "A").iterdir()
+    assert f"base {run_a.name}" in compared.stdout and "all_reduce" in compared.stdout
+    frame = commbench.load(tmp_path / "runs" / "A")
+    assert frame["run_id"].unique().tolist() == [run_a.name] and len(frame) == 2
+
+
 # --- names --------------------------------------------------------------------------------------
 
 @pytest.mark.processes
