@@ -150,11 +150,16 @@ def check_step(backend: Backend, workload: Workload, groups: dict[str, GroupInfo
 def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output,
                  session: Session | None = None) -> list[Row]:
     """The (one) config's pattern: a dry step, --check, timed steps, rows."""
-    (config,) = configs
-    model = load_model(config.model, config.layers)
+    (given,) = configs
+    model = load_model(given.model, given.layers)
+    config = given.for_world(model, backend.world_size)
     groups = make_groups(backend, config.mesh(backend.world_size))
     workload = BUILDERS[config.pattern](config, model, groups, backend)
     output.note(workload.summary)
+    if config.seq_len_of(model) != given.seq_len_of(model):
+        output.note(f"sequence length {config.seq_len} (the model's {given.seq_len_of(model)} shortened so "
+                    f"that sequence parallelism splits it over {groups['tp'].size} tensor-parallel ranks; "
+                    "--seq-len sets it)")
     context = f"{config.pattern} {model.label}"
     with failures_named(lambda: f"{context} failed on rank {backend.rank}"):
         labels = step_dry(backend, workload.step, context)
