@@ -36,6 +36,11 @@ IN_PROCESS_CASES = [
     (["--premul-factor", "inf"], "--premul-factor inf must be a finite number"),
     (["--splits", "spread:1.5"], "the spread must be between 0 and 1"),
     (["--splits", "missing.csv"], "splits file missing.csv: no such file"),
+    (["--collective", "all_reduce,,reduce"], "--collective 'all_reduce,,reduce': an empty name in the comma"),
+    (["--dtype", "float32,"], "--dtype 'float32,': an empty name in the comma list"),
+    (["--mode", ",async"], "--mode ',async': an empty name in the comma list"),
+    (["sweeep", "smoke"], "no such command 'sweeep' (did you mean sweep?); the commands are compare, env,"),
+    (["pattern", "fsdp", "--bucket-mb", "unit,,1"], "--bucket-mb 'unit,,1': an empty name in the comma list"),
 ]
 
 

@@ -15,7 +15,7 @@ from commbench.cli.options import launch_options, soak_options
 from commbench.cli.run import run, sweep
 from commbench.cli.saved import compare, plot, report
 from commbench.cli.tools import env_command, list_command, replay
-from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
 from commbench.fabric.command import fabric_command
 from commbench.fabric.kind import FABRIC
 from commbench.patterns.commands import pattern_group
@@ -31,6 +31,10 @@ class DefaultGroup(click.Group):
     default_command = "run"
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            # `run` takes options only: a first word that is no command is a command mistyped
+            raise UsageError(f"no such command {args[0]!r}{did_you_mean(args[0], sorted(self.commands))}; "
+                             f"the commands are {', '.join(sorted(self.commands))} (`commbench --help`)")
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)

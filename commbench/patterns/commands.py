@@ -115,8 +115,8 @@ def fsdp(ctx: click.Context, buckets: str, fsdp_version: str, **options: Any) ->
     from commbench.patterns.fsdp_config import FsdpConfig, resolve_fsdp
     from commbench.running.launch import deferred, launch
 
-    config = FsdpConfig(launch=_launch_config(ctx, options), buckets=parse_list(buckets) or [buckets],
-                        fsdp_version=int(fsdp_version), **options)
+    config = FsdpConfig(launch=_launch_config(ctx, options), fsdp_version=int(fsdp_version),
+                        buckets=parse_list(buckets, "--bucket-mb") or [buckets], **options)
     return launch([resolve_fsdp(config)], work=deferred("commbench.patterns.fsdp", "run_fsdp"))
 
 
