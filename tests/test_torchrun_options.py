@@ -220,3 +220,21 @@ def test_every_replay_option_reaches_commbench_through_torchrun(tmp_path, record
                  "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet"}
     # a new option added to `replay` must be added to this pass-through run too
     assert _options(cli.commands["replay"]) - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
+
+
+@pytest.mark.processes
+def test_torchrun_s_own_option_after_dash_m_commbench_is_told_to_go_before_it(tmp_path):
+    """The hint is one torchrun accepts: not --nproc, which torchrun rejects as an ambiguous prefix."""
+    result = torchrun(2, "--nproc-per-node", "2", "--sizes", "1K", "--output-dir", str(tmp_path))
+    assert result.returncode != 0 and "Did you mean" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert lines == ["commbench: error: --nproc-per-node is torchrun's option, not commbench's: give it "
+                     "before -m commbench, as in `torchrun --nproc-per-node ... -m commbench ...` (without a "
+                     "launcher, commbench spawns --nproc local ranks)"] * 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_torchrun_options_named_in_hints_are_torchrun_s():
+    from commbench.cli.options import TORCHRUN_OPTIONS
+
+    assert TORCHRUN_OPTIONS <= _torchrun_options()

@@ -11,7 +11,7 @@ import sys
 import click
 
 from commbench import __version__
-from commbench.cli.options import launch_options, soak_options
+from commbench.cli.options import TORCHRUN_OPTIONS, launch_options, launcher_option_text, soak_options
 from commbench.cli.run import run, sweep
 from commbench.cli.saved import compare, plot, report
 from commbench.cli.tools import env_command, list_command, replay
@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})
+    except click.NoSuchOption as exc:
+        known = exc.option_name in TORCHRUN_OPTIONS
+        text = launcher_option_text(exc.option_name) if known else exc.format_message()
+        print(f"commbench: error: {_one_line(text)}", file=sys.stderr)
+        return 2
     except click.ClickException as exc:
         print(f"commbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
         return 2
