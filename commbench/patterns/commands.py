@@ -11,6 +11,7 @@ import click
 
 from commbench.config.launch import LAUNCH_FIELDS, LaunchConfig
 from commbench.config.sweep import parse_list
+from commbench.core.sizes import parse_size
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 # pattern moe's default model: the shipped mixture of experts (gpt2-small, the others' default, has none)
@@ -77,6 +78,9 @@ def fsdp_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "--param-dtype]."),
         click.option("--warmup", type=int, default=0, show_default=True, help="Untimed steps per bucketing."),
         click.option("--iters", type=int, default=3, show_default=True, help="Timed steps per bucketing."),
+        click.option("--max-memory", default=None,
+                     help="Bytes per rank the run may hold, e.g. 8G [default: 90% of the memory available "
+                          "to each rank]; a run estimated above it is refused before it allocates."),
     ])
 
 
@@ -115,8 +119,10 @@ def fsdp(ctx: click.Context, buckets: str, fsdp_version: str, **options: Any) ->
     from commbench.patterns.fsdp_config import FsdpConfig, resolve_fsdp
     from commbench.running.launch import deferred, launch
 
+    max_memory = options.pop("max_memory")
     config = FsdpConfig(launch=_launch_config(ctx, options), fsdp_version=int(fsdp_version),
-                        buckets=parse_list(buckets, "--bucket-mb") or [buckets], **options)
+                        buckets=parse_list(buckets, "--bucket-mb") or [buckets],
+                        max_memory=None if max_memory is None else parse_size(max_memory), **options)
     return launch([resolve_fsdp(config)], work=deferred("commbench.patterns.fsdp", "run_fsdp"))
 
 
