@@ -9,7 +9,7 @@ measured peak above the baseline, and their ratio.
 Target: measured / estimate between 0.6 and 1.05 for every configuration: the estimate is meant as an
 upper bound a run is refused by, and one far above what a run takes would refuse runs that fit.
 
-    python scripts/fsdp_memory_estimate.py [--model gpt2-small]
+    python scripts/fsdp_memory_estimate.py [--model gpt2-small] [--layers N] [--configs fsdp2,...]
 """
 
 import argparse
@@ -44,10 +44,10 @@ def peak_bytes(args: list[str], output_dir: str) -> int:
     return int(found[0])
 
 
-def config_of(model: str, args: list[str]) -> FsdpConfig:
+def config_of(model: str, layers: int | None, args: list[str]) -> FsdpConfig:
     """The FsdpConfig the CLI makes of these options (the few this script uses)."""
     values = dict(zip(args[::2], args[1::2], strict=False))
-    config = FsdpConfig(model=model, check="--check" in args, overlap="--overlap" in args,
+    config = FsdpConfig(model=model, layers=layers, check="--check" in args, overlap="--overlap" in args,
                         fsdp_version=int(values.get("--fsdp-version", 2)),
                         buckets=[values.get("--bucket-mb", "unit")])
     return replace(config, param_dtype=values.get("--param-dtype"), reduce_dtype=values.get("--reduce-dtype"))
@@ -56,14 +56,18 @@ def config_of(model: str, args: list[str]) -> FsdpConfig:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2-small")
+    parser.add_argument("--layers", type=int, default=None, help="cut the model to its first N layers")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="which configurations, comma list")
     parser.add_argument("--output-dir", default="/tmp/commbench-fsdp-memory")
     options = parser.parse_args()
+    model = ["--model", options.model] + ([] if options.layers is None else ["--layers", str(options.layers)])
     baseline = peak_bytes(["--model", "tiny"], options.output_dir)
     print(f"baseline (tiny model): {approximate_bytes(baseline)} per rank")
     print(f"{'configuration':34} {'estimate':>10} {'measured':>10} {'measured/estimate':>18}")
-    for name, args in CONFIGS.items():
-        estimate = fsdp_memory(config_of(options.model, args), RANKS, "cpu").total
-        measured = peak_bytes(["--model", options.model, *args], options.output_dir) - baseline
+    for name in options.configs.split(","):
+        args = CONFIGS[name]
+        estimate = fsdp_memory(config_of(options.model, options.layers, args), RANKS, "cpu").total
+        measured = peak_bytes([*model, *args], options.output_dir) - baseline
         print(f"{name:34} {approximate_bytes(estimate):>10} {approximate_bytes(measured):>10} "
               f"{measured / estimate:>18.2f}")
 
