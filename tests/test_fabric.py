@@ -11,6 +11,7 @@ import pytest
 
 from commbench.fabric.analysis import analyse
 from commbench.fabric.kind import draw_fabric, fabric_report_page
+from commbench.fabric.run import soak_text
 from commbench.measure.stats import MIN_SAMPLES_FOR_CI
 from commbench.results.saved import load_run
 from commbench.running.spawn import free_port
@@ -144,6 +145,12 @@ def test_serial_sampled_rounds_measure_k_peers_per_rank(tmp_path):
     assert all(len(found) == 2 for found in peers.values())
     matrix = run.payload()["fabric"]["bandwidth_gbps"]
     assert sum(value is None for line in matrix for value in line) == 4 + 4  # the diagonal and 2 pairs
+
+
+def test_the_soak_summary_says_whichever_comes_first_only_of_two_limits():
+    assert soak_text(3600, 3) == "; soak: 3600 s or 3 passes, whichever comes first"
+    assert soak_text(20, None) == "; soak: passes for 20 s (the last one started in time runs to its end)"
+    assert soak_text(None, 3) == "; soak: 3 passes" and soak_text(None, None) == ""
 
 
 def test_a_soak_repeats_passes_and_reports_drift(tmp_path):
