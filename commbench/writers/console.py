@@ -155,17 +155,32 @@ ONE_TIME = [RowColumn("µs/op", lambda row: _time(row.time_us_p50))]
 BANDWIDTHS = [RowColumn("algbw GB/s", lambda row: _bandwidth(row.algbw_gbps)),
               RowColumn("busbw GB/s", lambda row: _bandwidth(row.busbw_gbps))]
 WRONG = RowColumn("wrong", lambda row: "-" if row.wrong is None else str(row.wrong))
+
+
+def _verdict(row: Row) -> str:
+    """'PASS 97%': --expect's (or --fail-below's) verdict and busbw as a percentage of what it was judged
+    against."""
+    if not row.verdict:
+        return "-"
+    reference = row.judged_against
+    percent = f" {100 * row.busbw_gbps / reference:.0f}%" if reference and row.busbw_gbps is not None else ""
+    return row.verdict + percent
+
+
+VERDICT = RowColumn("verdict", _verdict)
 ERROR = RowColumn("error", lambda row: row.error)
 
 
 def run_columns(rows: list[Row]) -> list[RowColumn]:
     """The columns a table of these rows shows: what varies among them, the times (five with several
-    samples, one without), the bandwidths, and --check's and the backend's verdicts when any row has one."""
+    samples, one without), the bandwidths, and --check's, --expect's and the backend's verdicts when any
+    row has one."""
     columns = [*SIZE_LABELS, *(column for column in VARYING_LABELS
                                if len({column.cell(row) for row in rows}) > 1)]
     columns += SPREAD_TIMES if any(_has_spread(row) for row in rows) else ONE_TIME
     columns += BANDWIDTHS
     columns += [WRONG] if any(row.wrong is not None for row in rows) else []
+    columns += [VERDICT] if any(row.verdict for row in rows) else []
     columns += [ERROR] if any(row.error for row in rows) else []
     return columns
 
