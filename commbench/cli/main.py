@@ -39,6 +39,18 @@ class DefaultGroup(click.Group):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
 
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands, then every option of the default command: `commbench --help` shows what
+        `commbench --sizes ...` takes, not only where to look for it."""
+        super().format_help(ctx, formatter)
+        default = self.commands[self.default_command]
+        run_ctx = click.Context(default, info_name=self.default_command, parent=ctx)
+        records = [record for param in default.get_params(run_ctx)
+                   if (record := param.get_help_record(run_ctx)) is not None]
+        with formatter.section(f"Options of a benchmark run (commbench [OPTIONS], the {self.default_command} "
+                               "command)"):
+            formatter.write_dl(records)
+
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["--help", "-h"]})
 @click.version_option(__version__, "--version", prog_name="commbench")
