@@ -13,6 +13,7 @@ from commbench.core.devices import MemoryBudget
 from commbench.errors import UsageError
 from commbench.patterns.estimate import (
     BACKEND_COPIES,
+    HEARTBEAT_S,
     PROGRESS_EVERY_S,
     StepProgress,
     fsdp_fits,
@@ -96,6 +97,24 @@ def test_progress_is_said_once_steps_are_slow_with_the_time_left():
         progress.step_done()
     assert lines == [f"progress: 2 of 4 steps in {PROGRESS_EVERY_S + 1:.0f} s, about "
                      f"{PROGRESS_EVERY_S + 1:.0f} s left (fsdp llama-7b, bucket one per unit)"]  # last: done
+
+
+def test_a_step_that_runs_long_is_said_to_be_running():
+    now = [0.0]
+    lines: list[str] = []
+    progress = StepProgress(lines.append, 5, clock=lambda: now[0])
+    progress.working("--check, fsdp llama-7b")
+    now[0] = HEARTBEAT_S - 1
+    progress.beat()
+    assert lines == []
+    now[0] = HEARTBEAT_S
+    progress.beat()
+    now[0] = HEARTBEAT_S + 5  # a line was just said: not again before another HEARTBEAT_S
+    progress.beat()
+    assert lines == [f"progress: step 1 of 5 still running after {HEARTBEAT_S:.0f} s in all "
+                     "(--check, fsdp llama-7b)"]
+    with StepProgress(lines.append, 1, heartbeat_s=0.01):  # the thread starts and stops with the block
+        pass
 
 
 @pytest.mark.processes

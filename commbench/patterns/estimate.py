@@ -15,6 +15,7 @@ times what one block of them took (fsdp_check: ``seconds_per_value``). Other col
 at other speeds, so it is an order of magnitude; the progress lines measure the real steps as they go.
 """
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ from commbench.patterns.sharding import ShardPlan, parse_buckets, shard_model
 # while a step runs (scripts/fsdp_memory_estimate.py measures it); NCCL works in place on the device.
 BACKEND_COPIES = 3
 PROGRESS_EVERY_S = 10.0  # a progress line at most this often, and only once a step has taken this long
+HEARTBEAT_S = 60.0  # a line while one step runs this long without one
 
 
 @dataclass(frozen=True)
@@ -183,26 +185,55 @@ def duration_text(seconds: float) -> str:
 
 
 class StepProgress:
-    """Counts a run's steps and says where it is, as a note, once steps take long enough to wait for:
-    at most every PROGRESS_EVERY_S, with the time left at the rate measured so far (terminal or not)."""
+    """Counts a run's steps and says where it is, as a note, on a terminal or off it: when a step ends
+    and PROGRESS_EVERY_S have passed since the last line (with the time left at the rate measured so
+    far), and, from a thread, when a single step has run for HEARTBEAT_S without a line. A context
+    manager: the thread runs inside the ``with``."""
 
-    def __init__(self, note: Callable[[str], None], total: int, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
-        self.note, self.total, self.clock = note, total, clock
+    def __init__(self, note: Callable[[str], None], total: int, clock: Callable[[], float] = time.monotonic,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.note, self.total, self.clock, self.heartbeat_s = note, total, clock, heartbeat_s
         self.done = 0
         self.started = self.last = clock()
         self.what = ""
+        self._lock = threading.Lock()  # the heartbeat thread and the steps both write lines
+        self._stop = threading.Event()
+
+    def __enter__(self) -> "StepProgress":
+        threading.Thread(target=self._beat, name="commbench-progress", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
 
     def working(self, what: str) -> None:
         self.what = what
 
     def step_done(self) -> None:
-        self.done += 1
-        now = self.clock()
-        if now - self.last < PROGRESS_EVERY_S or self.done >= self.total:
-            return
-        self.last = now
-        elapsed = now - self.started
-        left = elapsed / self.done * (self.total - self.done)
-        self.note(f"progress: {self.done} of {self.total} steps in {duration_text(elapsed)}, about "
-                  f"{duration_text(left)} left{f' ({self.what})' if self.what else ''}")
+        with self._lock:
+            self.done += 1
+            now = self.clock()
+            if now - self.last < PROGRESS_EVERY_S or self.done >= self.total:
+                return
+            self.last = now
+            elapsed = now - self.started
+            left = elapsed / self.done * (self.total - self.done)
+            self.note(f"progress: {self.done} of {self.total} steps in {duration_text(elapsed)}, about "
+                      f"{duration_text(left)} left{self._doing()}")
+
+    def beat(self) -> None:
+        """A line when the step running has gone HEARTBEAT_S without one (a long --check step, say)."""
+        with self._lock:
+            now = self.clock()
+            if now - self.last < self.heartbeat_s:
+                return
+            self.last = now
+            self.note(f"progress: step {self.done + 1} of {self.total} still running after "
+                      f"{duration_text(now - self.started)} in all{self._doing()}")
+
+    def _doing(self) -> str:
+        return f" ({self.what})" if self.what else ""
+
+    def _beat(self) -> None:
+        while not self._stop.wait(PROGRESS_EVERY_S):
+            self.beat()

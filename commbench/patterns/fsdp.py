@@ -92,7 +92,12 @@ def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, sessio
     """Every bucketing of the (one) config's buckets: an untimed --check step, timed steps, rows as each
     finishes. (A pattern runs on the world: of the ``session`` it takes the rows' provenance context.)"""
     (config,) = configs
-    progress = _estimate(config, backend, output, session)  # refused here when it would not fit
+    with _estimate(config, backend, output, session) as progress:  # refused here when it would not fit
+        return _run_bucketings(config, backend, output, session, progress)
+
+
+def _run_bucketings(config: FsdpConfig, backend: Backend, output: Output, session: Session | None,
+                    progress: StepProgress) -> list[Row]:
     setup = fsdp_setup(config, backend.world_size, backend.device)
     plan, reduction = setup.plan, setup.reduction
     model = plan.model

@@ -173,15 +173,16 @@ def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output
     context = f"{config.pattern} {model.label}"
     with failures_named(lambda: f"{context} failed on rank {backend.rank}"):
         labels = step_dry(backend, workload.step, context)
-        progress = _estimate(config, backend, labels, output)
-        if config.check:
-            check_step(backend, workload, groups, context)
-            progress.step_done()
         shared = dict(pattern=config.pattern, variant=workload.variant, model=model.label, dtype=config.dtype)
         layouts = {name: group.layout for name, group in groups.items()}
-        run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared, layouts,
-                      row_context=session.row_context if session else None, step_done=progress.step_done)
-        breakdown = measure_breakdown(run)
+        with _estimate(config, backend, labels, output) as progress:
+            if config.check:
+                check_step(backend, workload, groups, context)
+                progress.step_done()
+            run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared,
+                          layouts, row_context=session.row_context if session else None,
+                          step_done=progress.step_done)
+            breakdown = measure_breakdown(run)
         rows, notes = workload.extras(run, breakdown) if workload.extras else (breakdown.rows, [])
     for row in rows:
         output.row(row)
