@@ -176,6 +176,7 @@ def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output
         shared = dict(pattern=config.pattern, variant=workload.variant, model=model.label, dtype=config.dtype)
         layouts = {name: group.layout for name, group in groups.items()}
         with _estimate(config, backend, labels, output) as progress:
+            progress.working(context)
             if config.check:
                 check_step(backend, workload, groups, context)
                 progress.step_done()
