@@ -120,7 +120,7 @@ def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
                       "--param-dtype", "bfloat16", "--reduce-dtype", "float32", "--warmup", "1",
                       "--iters", "2", "--backend", "gloo", "--device", "cpu", "--timeout", "66",
                       "--output-dir", str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path),
-                      "--quiet")
+                      "--max-memory", "3G", "--quiet")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     payload = json.loads(json_path.read_text())
@@ -135,6 +135,7 @@ def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
     assert mixed == (1, "bfloat16", "float32")
     assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 66.0)
     assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    assert config["max_memory"] == 3 * 2**30
     assert {row["collective"] for row in rows} >= {"all_gather", "reduce_scatter", "step"}  # list APIs
     assert {row["model"] for row in rows} == {"tiny/layers=1"}
     assert csv_path.read_text().count("\n") == len(rows) + 1
@@ -142,7 +143,7 @@ def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
     exercised = {"--model", "--layers", "--bucket-mb", "--predivide", "--postdivide", "--fallback",
                  "--reshard", "--no-reshard", "--overlap", "--compute-size", "--check", "--dtype", "--warmup",
                  "--iters", "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json",
-                 "--quiet", "--fsdp-version", "--param-dtype", "--reduce-dtype"}
+                 "--quiet", "--fsdp-version", "--param-dtype", "--reduce-dtype", "--max-memory"}
     # a new option added to `pattern fsdp` must be added to this pass-through run too
     options = _options(cli.commands["pattern"].commands["fsdp"])
     assert options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
