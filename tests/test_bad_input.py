@@ -30,7 +30,7 @@ CASES = [
 # Refused while the command line is read, before launch: checked in-process (no ranks would start).
 IN_PROCESS_CASES = [
     (["--impl", "symm-oneshot"], "unknown implementation 'symm-oneshot' (did you mean symm-one-shot?)"),
-    (["--impl", ","], "no implementation given"),
+    (["--impl", ","], "--impl ',': an empty name in the comma list"),
     (["--impl", "nvshmem-a2av", "--collective", "all_reduce"],
      "--impl nvshmem-a2av runs all_to_all_single, all_to_allv: none of the collectives asked for"),
     (["--placement", "sideways"], "unknown placement 'sideways'"),
@@ -40,6 +40,11 @@ IN_PROCESS_CASES = [
     (["--premul-factor", "inf"], "--premul-factor inf must be a finite number"),
     (["--splits", "spread:1.5"], "the spread must be between 0 and 1"),
     (["--splits", "missing.csv"], "splits file missing.csv: no such file"),
+    (["--collective", "all_reduce,,reduce"], "--collective 'all_reduce,,reduce': an empty name in the comma"),
+    (["--dtype", "float32,"], "--dtype 'float32,': an empty name in the comma list"),
+    (["--mode", ",async"], "--mode ',async': an empty name in the comma list"),
+    (["sweeep", "smoke"], "no such command 'sweeep' (did you mean sweep?); the commands are compare, env,"),
+    (["pattern", "fsdp", "--bucket-mb", "unit,,1"], "--bucket-mb 'unit,,1': an empty name in the comma list"),
 ]
 
 
@@ -72,3 +77,27 @@ def test_mpirun_without_master_address_is_bad_input():
     assert result.returncode == 2
     assert "MASTER_ADDR and MASTER_PORT is not" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+SAVED_OUTPUT_CASES = [
+    (["plot", "RUN", "--output", "FILE/x.png"], "--output: FILE is a file, not a directory"),
+    (["plot", "RUN", "--output", "/proc/x.png"], "--output: cannot write the image in /proc"),
+    (["report", "RUN", "--output", "/proc/x.html"], "--output: cannot write the report in /proc"),
+    (["report", "RUN", "--output", "FILE/deeper/x.html"], "--output: FILE is a file, not a directory"),
+    (["report", "RUN", "--output", "DIR"], "--output DIR is a directory: give the file to write"),
+]
+
+
+@pytest.mark.parametrize("args, message", SAVED_OUTPUT_CASES,
+                         ids=[" ".join(args) for args, _ in SAVED_OUTPUT_CASES])
+def test_plot_and_report_check_their_output_before_reading_any_run(args, message, tmp_path, capsys,
+                                                                     monkeypatch):
+    """Checked first, like --output-dir: the run named need not even exist for the output to be refused."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "FILE").write_text("")
+    (tmp_path / "DIR").mkdir()
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert captured.out == "" and line.startswith(f"commbench: error: {message}")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["DIR", "FILE"]

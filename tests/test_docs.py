@@ -197,3 +197,37 @@ def test_every_option_is_explained_somewhere_in_the_docs():
     text = "\n".join(page.read_text() for page in PAGES)
     mentioned = set(LONG_OPTION.findall(text))
     assert every_option(cli) - ALWAYS_VALID - mentioned == set()
+
+
+def test_the_readme_names_every_shipped_model_preset():
+    from commbench.patterns.models import preset_names
+
+    readme = README.read_text()
+    assert [name for name in preset_names() if f"`{name}`" not in readme] == []
+
+
+def test_the_readme_names_every_command_and_pattern():
+    readme = " ".join(README.read_text().split())
+    commands = [name for name in cli.commands if name != "run"]  # run is the default: `commbench` alone
+    assert [name for name in commands if f"commbench {name}" not in readme] == []
+    patterns = list(cli.commands["pattern"].commands)  # type: ignore[attr-defined]
+    assert f"commbench pattern {'|'.join(patterns)}" in readme
+
+
+def test_the_readme_promises_no_extra_that_installs_nothing():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = " ".join(README.read_text().split())
+    assert [name for name, packages in extras.items()
+            if not packages and f"`{name}` extra brings" in readme] == []
+
+
+def test_commbench_help_shows_every_option_of_a_plain_run(capsys):
+    from commbench.cli import main
+
+    assert main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    run_options = option_names(cli.commands["run"])
+    assert [option for option in sorted(run_options) if option not in shown] == []
+    assert "Commands:" in shown and "pattern" in shown

@@ -62,7 +62,10 @@ def test_torchrun_three_ranks_both_modes(tmp_path):
     # 4 KiB cannot be split into 3 whole float32 chunks: the size used is shown, with a note
     assert {int(row["size_bytes"]) for row in rows} == {4092, 32760, 262140, 2097144}
     assert "4 KiB -> 4092 B" in result.stdout
-    assert "sync p50 µs" in result.stdout and "async µs/op" in result.stdout
+    # the modes stack: async (one window, one sample per size) shows its time and no spread
+    async_lines = [line for line in result.stdout.splitlines() if "│ async │" in line]
+    assert "p50 µs" in result.stdout and len(async_lines) == 8
+    assert all(line.split("│")[5].strip() == "-" for line in async_lines)
 
 
 def test_explicit_csv_and_json_paths(tmp_path):

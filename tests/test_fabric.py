@@ -11,6 +11,7 @@ import pytest
 
 from commbench.fabric.analysis import analyse
 from commbench.fabric.kind import draw_fabric, fabric_report_page
+from commbench.fabric.run import soak_text
 from commbench.measure.stats import MIN_SAMPLES_FOR_CI
 from commbench.results.saved import load_run
 from commbench.running.spawn import free_port
@@ -105,6 +106,7 @@ def test_plot_draws_the_heatmaps_of_a_fabric_result(four_ranks, tmp_path):
     result = commbench("plot", str(four_ranks.json), "--output", str(image))
     assert result.returncode == 0, result.stderr
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _assert_titles_inside_and_colour_from_zero(draw_fabric([load_run(four_ranks.json)]))
 
 
 def test_report_shows_the_heatmaps_tables_and_verdict(four_ranks, tmp_path):
@@ -146,6 +148,12 @@ def test_serial_sampled_rounds_measure_k_peers_per_rank(tmp_path):
     assert sum(value is None for line in matrix for value in line) == 4 + 4  # the diagonal and 2 pairs
 
 
+def test_the_soak_summary_says_whichever_comes_first_only_of_two_limits():
+    assert soak_text(3600, 3) == "; soak: 3600 s or 3 passes, whichever comes first"
+    assert soak_text(20, None) == "; soak: passes for 20 s (the last one started in time runs to its end)"
+    assert soak_text(None, 3) == "; soak: 3 passes" and soak_text(None, None) == ""
+
+
 def test_a_soak_repeats_passes_and_reports_drift(tmp_path):
     run = _fabric(tmp_path, "--nproc", "2", "--duration", "1h", "--repeat", "3", "--size", "64K",
                   "--iters", "3")
@@ -161,8 +169,28 @@ def test_a_soak_repeats_passes_and_reports_drift(tmp_path):
     assert elapsed == sorted(elapsed)
     figure = draw_fabric([load_run(run.json)])  # a soak's figure adds the drift panel
     titles = [axes.get_title() for axes in figure.axes if axes.get_title()]
-    assert titles == ["bandwidth by pair (x: slow)", "latency by pair (x: slow)",
-                      "soak: bandwidth over time (spikes in colour)"]
+    assert titles == ["bandwidth by pair\n(x: slow)", "latency by pair\n(x: slow)",
+                      "soak: bandwidth over time\n(spikes in colour)"]
+    _assert_titles_inside_and_colour_from_zero(figure)
+
+
+def _assert_titles_inside_and_colour_from_zero(figure) -> None:
+    """No title, label or host name cut at the figure's edge; each heatmap's colours start at 0 and end
+    at its largest value, so colour is proportional to the value."""
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    frame = figure.bbox
+    texts = [text for axes in figure.axes for text in (axes.title, axes.xaxis.label, axes.yaxis.label,
+                                                        *axes.texts) if text.get_text()]
+    outside = [text.get_text() for text in texts
+               if not (frame.x0 - 1 <= text.get_window_extent(renderer).x0
+                       and text.get_window_extent(renderer).x1 <= frame.x1 + 1)]
+    assert outside == []
+    images = [image for axes in figure.axes for image in axes.images]
+    assert len(images) == 2
+    for image in images:
+        values = [value for value in image.get_array().compressed()]
+        assert image.norm.vmin == 0 and image.norm.vmax == pytest.approx(max(values))
 
 
 def test_interrupting_a_soak_keeps_every_row_and_the_analysis(tmp_path):

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +148,49 @@ def test_a_bad_output_location_is_refused_before_any_rank_starts(tmp_path, where
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+# --- result files two runs are given ---------------------------------------------------------------
+
+@pytest.mark.processes
+def test_a_second_run_given_the_same_result_file_is_refused_naming_the_first(tmp_path):
+    csv_path, json_path = tmp_path / "r.csv", tmp_path / "r.json"
+    first = start_commbench("--sizes", "1K:2000K:+1K", "--iters", "2", "--warmup", "0",
+                            "--csv", str(csv_path), "--json", str(json_path))
+    try:
+        wait_for_rows(csv_path, 2, first)
+        second = run_cli("--sizes", "4K", "--iters", "2", "--json", str(json_path),
+                         "--output-dir", str(tmp_path / "second"))
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert second.returncode == 2 and not (tmp_path / "second").exists()
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(f"commbench: error: --json {json_path} is being written by another commbench run "
+                           f"(pid {first.pid} on ")
+    assert first.returncode == 130
+    saved = json.loads(json_path.read_text())
+    assert saved["rows"] and {row["size_bytes"] for row in saved["rows"]} != {4096}  # the first run's rows
+    assert not list(tmp_path.glob(".*.lock"))  # released and removed when the first run ended
+    third = run_cli("--sizes", "4K", "--iters", "2", "--json", str(json_path), "--csv", str(csv_path))
+    assert third.returncode == 0, third.stderr
+    assert [row["size_bytes"] for row in json.loads(json_path.read_text())["rows"]] == [4096]
+
+
+# --- saved runs named by their output directory ----------------------------------------------------
+
+@pytest.mark.processes
+def test_compare_and_load_take_output_directories_that_hold_one_run(tmp_path):
+    for name in ("A", "B"):
+        made = run_cli("--sizes", "1K,4K", "--iters", "2", "--warmup", "0", "--quiet",
+                       "--output-dir", f"runs/{name}", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+    compared = run_cli("compare", "runs/A", "runs/B", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    (run_a,) = (tmp_path / "runs" / "A").iterdir()
+    assert f"base {run_a.name}" in compared.stdout and "all_reduce" in compared.stdout
+    frame = commbench.load(tmp_path / "runs" / "A")
+    assert frame["run_id"].unique().tolist() == [run_a.name] and len(frame) == 2
+
+
 # --- names --------------------------------------------------------------------------------------
 
 @pytest.mark.processes
@@ -158,6 +202,40 @@ def test_a_bad_output_location_is_refused_before_any_rank_starts(tmp_path, where
 def test_near_misses_get_a_hint(args, message):
     result = run_cli(*args)
     assert result.returncode == 2 and message in result.stderr
+
+
+# --- the working directory -----------------------------------------------------------------------
+
+def _console_script() -> str:
+    return str(Path(sys.executable).parent / "commbench")
+
+
+@pytest.mark.processes
+def test_a_folder_named_commbench_in_the_working_directory_does_not_hide_the_package_from_the_ranks(tmp_path):
+    """The directory holding a checkout: ``commbench/`` there is no package, yet the ranks start."""
+    (tmp_path / "commbench" / "commbench").mkdir(parents=True)
+    result = subprocess.run([_console_script(), "--sizes", "1K:4K", "--iters", "2", "--warmup", "0",
+                             "--output-dir", str(tmp_path / "out")], capture_output=True, text=True,
+                            timeout=240, env=launcherless_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "results:" in result.stdout
+
+
+@pytest.mark.processes
+def test_python_m_commbench_says_in_one_line_which_folder_hides_the_package(tmp_path):
+    (tmp_path / "commbench" / "commbench").mkdir(parents=True)
+    probe = subprocess.run([sys.executable, "-c", "import commbench; print(commbench.__spec__.origin)"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "commbench", "--version"], capture_output=True, text=True,
+                            timeout=60, env=launcherless_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    if probe.stdout.strip() != "None":  # a regular (not editable) install wins over the folder anyway
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"commbench: error: the folder {tmp_path / 'commbench'} hides the installed commbench package "
+        "(python -m puts the working directory first on the import path): run from another directory, "
+        "or start python with -P"]
 
 
 def test_the_version_is_importable():

@@ -1,10 +1,17 @@
 """--format nccl-tests and --format jsonl on real runs (tests/conftest.py), read the way their parsers do."""
 
+import io
 import json
+from dataclasses import replace
 
 import pytest
+from rich.console import Console
 
+from commbench.results.model import Row
+from commbench.results.saved import load_run
+from commbench.writers.console import TextTable, print_table, run_table
 from commbench.writers.formats import NCCL_TESTS_TYPES, nccl_tests_number
+from tests.dist_helpers import commbench
 
 
 def _result_lines(stdout: str) -> list[list[str]]:
@@ -58,3 +65,61 @@ def test_jsonl_streams_exactly_the_saved_rows(two_runs):
     streamed = [json.loads(line) for line in lines]
     assert streamed == json.loads(saved.json.read_text())["rows"]
     assert "results: " in saved.stderr and "backend gloo" in saved.stderr
+
+
+# --- the table format: 100 columns ----------------------------------------------------------------
+
+def _rendered_cells(table: TextTable, width: int) -> tuple[list[str], list[list[str]]]:
+    """The table printed on a console ``width`` columns wide: its lines, and each body line's cells."""
+    console = Console(width=width, record=True, file=io.StringIO())
+    print_table(console, table)
+    lines = console.export_text().splitlines()
+    body = [line for line in lines if line.startswith("│")]
+    return lines, [[cell.strip() for cell in line.strip("│").split("│")] for line in body]
+
+
+def _assert_fits(table: TextTable, width: int = 100) -> None:
+    lines, cells = _rendered_cells(table, width)
+    assert max(len(line) for line in lines) <= width
+    assert "…" not in "\n".join(lines)
+    assert cells == table.rows  # every cell whole, none folded onto a second line
+
+
+@pytest.mark.processes
+def test_both_modes_checked_fit_in_100_columns(tmp_path):
+    """The Quick start's `--mode both --check`: a row per size and mode, every cell whole in 100 columns."""
+    json_path = tmp_path / "both.json"
+    result = commbench("--collective", "all_gather_base", "--mode", "both", "--check",
+                       "--sizes", "1K:16M:x16", "--iters", "3", "--warmup", "1", "--json", str(json_path),
+                       "--csv", str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr
+    rows = load_run(json_path).rows
+    table = run_table(rows)
+    assert [cells[2] for cells in table.rows] == ["sync", "async"] * (len(rows) // 2)
+    assert "wrong" in table.columns and "p50 µs" in table.columns
+    _assert_fits(table)
+
+
+def _wide_row(size: int, mode: str, time_us: float) -> Row:
+    """A row as wide as a GPU's can be: 9-digit element counts, 6-digit times, 3-digit GB/s."""
+    return Row(collective="all_reduce", backend="nccl", device="cuda", world_size=8, dtype="bfloat16",
+               mode=mode, op="sum", size_bytes=size, requested_bytes=size, count_per_rank=size // 2,
+               iters=20, warmup=5, time_us_p50=time_us, time_us_p95=time_us * 1.01,
+               time_us_min=time_us * 0.99, time_us_max=time_us * 1.2, time_us_mean=time_us,
+               algbw_gbps=size / time_us / 1e3, busbw_gbps=1.75 * size / time_us / 1e3, busbw_factor=1.75,
+               samples=20, ci95_rel=0.004, wrong=0)
+
+
+def test_a_wide_gpu_table_in_both_modes_fits_in_100_columns():
+    rows = [_wide_row(2**30, mode, time) for mode, time in (("sync", 4321.5), ("async", 123456.7))]
+    _assert_fits(run_table(rows + [replace(row, size_bytes=2**29, count_per_rank=2**28) for row in rows]))
+
+
+def test_one_mode_has_no_mode_column_and_a_single_sample_shows_one_time():
+    sync = _wide_row(4096, "sync", 20.0)
+    table = run_table([sync])
+    assert "mode" not in table.columns and table.columns[2] == "p50 µs"
+    one_sample = replace(sync, samples=1, samples_us=[20.0], ci95_rel=None)
+    assert run_table([one_sample]).columns[2] == "µs/op"
+    mixed = run_table([sync, replace(one_sample, mode="async")])
+    assert mixed.rows[1][:5] == ["", "", "async", "20.0", "-"]  # its time, no spread, the size once

@@ -137,7 +137,8 @@ def test_bad_missing_and_foreign_files_are_one_line_naming_the_file(two_runs, tm
     assert "size_bytes is 'big', not int" in _one_line_usage_error(tmp_path / "typed.json")
     missing = tmp_path / "missing.json"
     assert _one_line_usage_error(missing) == f"{missing}: no such results file"
-    assert _one_line_usage_error(tmp_path) == f"{tmp_path / 'results.json'}: no such results file"
+    assert _one_line_usage_error(tmp_path) == (
+        f"{tmp_path}: no results.json in it or in a run directory under it")
     pattern = str(tmp_path / "nothing-*" / "results.json")
     assert _one_line_usage_error(pattern) == f"{pattern}: no file matches this pattern"
     assert _one_line_usage_error([]) == "no results files given"
@@ -149,3 +150,18 @@ def test_importing_commbench_loads_neither_torch_nor_pandas():
                "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas')))")
     found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "[]"
+
+
+def test_an_output_directory_holding_one_run_loads_as_that_run(two_runs, tmp_path):
+    """`--output-dir runs/A` makes runs/A/<run-id>/: runs/A names the run while it holds only that one."""
+    output_dir = tmp_path / "A"
+    (output_dir / "20260101-000000-aaaaaa").mkdir(parents=True)
+    shutil.copy(two_runs[0].json, output_dir / "20260101-000000-aaaaaa" / "results.json")
+    frame = commbench.load(output_dir)
+    assert len(frame) == len(load_run(two_runs[0].json).rows)
+    assert frame["path"].unique().tolist() == [str(output_dir / "20260101-000000-aaaaaa" / "results.json")]
+    (output_dir / "20260102-000000-bbbbbb").mkdir()
+    shutil.copy(two_runs[1].json, output_dir / "20260102-000000-bbbbbb" / "results.json")
+    assert _one_line_usage_error(output_dir) == (
+        f"{output_dir} holds 2 runs (20260101-000000-aaaaaa, 20260102-000000-bbbbbb): name one, or give the "
+        f"glob '{output_dir / '*' / 'results.json'}' for all of them")

@@ -258,7 +258,8 @@ def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp
                        "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "fsdp2 · tiny · float32 · 2 ranks · avg · per unit, p50 µs per step" in out
+    assert "fsdp2 · tiny · float32 · 2 ranks · avg · per unit, p50 ms per step" in out
+    assert "step p50 ms" in out and "µs per step" not in out  # steps take ms to s: never in µs
     assert "time per step" in out and "best bucketing: " in out and "overlap %" in out
     assert "reduce-scatter 0.001 MiB" in out and "(end of backward)" in out
     assert out.count("checked") == 3
@@ -267,6 +268,8 @@ def test_the_command_prints_the_breakdown_the_best_bucketing_and_the_overlap(tmp
     rows = saved.rows
     assert saved.meta["status"] == "complete" and saved.meta["config"]["pattern"] == "fsdp"
     assert {row.bucket_mb for row in rows} == {"unit", "0", "0.001"}
+    best = min((row for row in rows if row.phase == "step"), key=lambda row: row.time_us_p50)
+    assert f"({best.time_us_p50 / 1e3:.2f} ms per step, p50)" in out
     assert all(row.pattern == "fsdp" and row.variant == "fsdp2" and row.model == "tiny" for row in rows)
     assert {row.op for row in rows if row.collective == "reduce_scatter_base"} == {"avg"}
     assert len({row.key() for row in rows}) == len(rows)  # every row is its own measurement

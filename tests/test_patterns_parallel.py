@@ -11,8 +11,9 @@ from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config.launch import LaunchConfig
 from commbench.errors import UsageError
+from commbench.patterns.commands import DEFAULT_MOE_MODEL
 from commbench.patterns.measure import step_dry
-from commbench.patterns.models import load_model
+from commbench.patterns.models import load_model, preset_names
 from commbench.patterns.moe import MoeStep, Router, imbalance
 from commbench.patterns.parallel import GroupInfo, Mesh, ParallelConfig, resolve_parallel
 from commbench.patterns.pp import bubble_fraction, one_f_one_b
@@ -218,6 +219,29 @@ def test_a_model_without_dims_is_refused_naming_the_pattern(tmp_path):
         resolve_parallel(ParallelConfig(pattern="pp", model=str(path)))
 
 
+# --- defaults that run ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pattern", ["tp", "moe", "pp", "3d"])
+@pytest.mark.parametrize("world", [2, 4])
+def test_each_pattern_s_default_model_runs_at_its_defaults(pattern, world):
+    model = DEFAULT_MOE_MODEL if pattern == "moe" else "gpt2-small"
+    ParallelConfig(pattern=pattern, model=model).check_world(world)
+
+
+@pytest.mark.parametrize("pattern", ["tp", "3d"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_without_seq_len_every_preset_s_context_splits_over_the_tensor_parallel_ranks(pattern, world):
+    for model_name in preset_names():
+        config = ParallelConfig(pattern=pattern, model=model_name, tp=world if pattern == "3d" else None)
+        config.check_world(world)
+        model = load_model(model_name)
+        sized = config.for_world(model, world)
+        context = min(model.dims.context, 4096)
+        assert sized.tokens(model) % world == 0 and context - world < sized.seq_len <= context
+    given = ParallelConfig(pattern="tp", model="tiny", seq_len=33)
+    assert given.for_world(load_model("tiny"), 2).seq_len == 33  # a length the user gave is theirs
+
+
 # --- the commands on real ranks ----------------------------------------------------------------------
 
 def _run(tmp_path, ranks: int, *args: str) -> tuple[list[dict], str]:
@@ -248,6 +272,19 @@ def test_moe_reports_the_imbalance_with_check(tmp_path):
     dispatch = [row for row in rows if row["collective"] == "all_to_allv" and row["phase"] == "forward"]
     assert len(dispatch) == 2 and all(row["imbalance"] >= 1 for row in dispatch)
     assert "routing imbalance per timed step" in out
+
+
+@pytest.mark.processes
+def test_the_issue_s_defaults_run_moe_without_a_model_and_tp_on_tiny_at_two_ranks(tmp_path):
+    moe = commbench("pattern", "moe", "--layers", "1", "--seq-len", "64", "--iters", "1", "--quiet",
+                    "--json", str(tmp_path / "moe.json"), "--csv", str(tmp_path / "moe.csv"))
+    assert moe.returncode == 0, moe.stderr
+    rows = json.loads((tmp_path / "moe.json").read_text())["rows"]
+    assert {row["model"] for row in rows} == {"mixtral-8x7b/layers=1"}
+    tp = commbench("pattern", "tp", "--model", "tiny", "--nproc", "2", "--output-dir", str(tmp_path / "tp"))
+    assert tp.returncode == 0, tp.stderr
+    assert "sequence length 32 (the model's 33 shortened so that sequence parallelism splits it over 2 " \
+           "tensor-parallel ranks; --seq-len sets it)" in tp.stdout
 
 
 @pytest.mark.processes

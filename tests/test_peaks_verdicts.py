@@ -1,5 +1,6 @@
 """The shipped baselines file, the peak rule on host records, and the verdicts a row gets from them."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from commbench.provenance.verdicts import (
     summary_line,
 )
 from commbench.results.model import Row
+from commbench.writers.console import run_table
+from tests.dist_helpers import commbench
 
 BASELINES = load_baselines()
 
@@ -171,3 +174,26 @@ def test_bad_judging_options_are_refused_before_any_rank_starts(capsys):
     assert "--expect 'no-such-baseline' is neither a file nor a shipped baseline" in capsys.readouterr().err
     assert main(["--fail-below", "0", "--sizes", "4K"]) == 2
     assert "--fail-below 0 must be a percentage above 0" in capsys.readouterr().err
+
+
+def test_each_row_of_the_table_shows_its_verdict_and_percentage():
+    context = RowContext(judging=Judging(resolve_expect("dgx-h100-nvls")))
+    rows = [annotate_row(_row(busbw), context) for busbw in (450.0, 360.0, 200.0)]
+    rows.append(annotate_row(_row(None, error="rejected"), context))  # no busbw: no verdict
+    table = run_table([replace(row, size_bytes=(1 << 30) << index) for index, row in enumerate(rows)])
+    verdicts = [cells[table.columns.index("verdict")] for cells in table.rows]
+    assert verdicts == ["PASS 100%", "WARN 80%", "FAIL 44%", "-"]
+    assert "verdict" not in run_table([_row(450.0)]).columns  # not judged: no column
+
+
+@pytest.mark.processes
+def test_a_run_with_expect_prints_a_verdict_on_each_row(tmp_path):
+    """A baseline that 1 KiB misses by far and 1 MiB clears by far on any CPU: a FAIL row and a PASS row."""
+    baseline = tmp_path / "floor.yaml"
+    baseline.write_text("expect:\n  - {busbw_gbps: 0.01}\n")
+    result = commbench("--sizes", "1K,1M", "--iters", "5", "--expect", str(baseline), "--output-dir",
+                       str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(lines) == 2 and "FAIL" in lines[0] and "PASS" in lines[1]
+    assert "verdicts against baseline floor" in result.stdout

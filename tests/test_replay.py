@@ -11,11 +11,14 @@ import json
 import os
 import pickle
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from commbench.cli import main
+from commbench.core.sizes import format_size
+from commbench.replay.summary import check_line
 from commbench.results.saved import load_run
 from tests import replay_programs
 from tests.dist_helpers import commbench
@@ -128,6 +131,14 @@ def test_the_summary_gives_the_pass_time_the_top_operations_and_the_assumptions(
     rows = load_run(run.json_path).rows
     groups = {row.group_name: row.group_ranks for row in rows if row.collective != "pass"}
     assert set(groups.values()) == {"0,1", "2,3", "0,2", "1,3"}
+    operations = [row for row in rows if row.collective != "pass"]
+    assert f"--check: {len(operations)} rows checked, every element right" in out
+    spoiled = [replace(operations[0], wrong=3, first_wrong="rank 1 index 2: expected 4, got 5"),
+               *operations[1:]]
+    assert check_line(spoiled) == (
+        f"--check: {len(operations)} rows checked, 3 wrong elements in 1 of them (first: "
+        f"{operations[0].collective} {format_size(operations[0].size_bytes)} in {operations[0].group_name}: "
+        "rank 1 index 2: expected 4, got 5)")
 
 
 @pytest.mark.processes

@@ -4,6 +4,7 @@ Each runs with small arguments so the suite stays short; what is asserted is the
 print (every row present, ratios positive and finite), never a time or a ratio's value.
 """
 
+import json
 import math
 import re
 import subprocess
@@ -116,3 +117,38 @@ def test_check_overhead_and_checkin_cost_print_their_ratios():
     out = run_script("checkin_cost.py", "--repeats", "20")
     positive(re.search(rf"check-in / barrier\s+= ({NUMBER})", out).group(1))
     positive(re.search(rf"check-in / all_reduce 1 KiB = ({NUMBER})", out).group(1))
+
+
+def test_fsdp_memory_estimate_prints_the_estimate_and_the_measured_peak_side_by_side(tmp_path):
+    out = run_script("fsdp_memory_estimate.py", "--layers", "1", "--configs", "fsdp2 --check",
+                     "--output-dir", str(tmp_path), timeout=400)
+    row = re.search(rf"fsdp2 --check\s+{NUMBER} [KMG]iB\s+{NUMBER} [KMG]iB\s+({NUMBER})", out)
+    positive(row.group(1))
+
+
+def test_record_example_records_ddp_and_fsdp2_that_replay_takes(tmp_path):
+    """docs/replay.md's laptop recipe, as written: torchrun the script, then replay what it wrote."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(ROOT / "scripts" / "record_example.py"), str(tmp_path / "OUT")]
+    recorded = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env=launcherless_env(), stdin=subprocess.DEVNULL)
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    assert f"replay one with `commbench replay {tmp_path / 'OUT' / 'ddp'}`" in recorded.stdout
+    expected = {"ddp": {"all_reduce"}, "fsdp2": {"all_gather_base", "reduce_scatter_base"}}
+    for name, collectives in expected.items():
+        json_path = tmp_path / f"{name}.json"
+        replayed = subprocess.run([sys.executable, "-m", "commbench", "replay", str(tmp_path / "OUT" / name),
+                                   "--select", "last:1", "--check", "--iters", "2", "--json", str(json_path),
+                                   "--csv", str(tmp_path / f"{name}.csv")], capture_output=True, text=True,
+                                  timeout=300, cwd=tmp_path, env=launcherless_env(), stdin=subprocess.DEVNULL)
+        assert replayed.returncode == 0, replayed.stderr[-2000:]
+        rows = json.loads(json_path.read_text())["rows"]
+        assert {row["collective"] for row in rows if row["group_name"]} == collectives
+        assert all(row["wrong"] == 0 for row in rows if row["wrong"] is not None)
+
+
+def test_record_example_without_torchrun_says_how_to_run_it(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "record_example.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=launcherless_env())
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "run it under torchrun" in done.stderr

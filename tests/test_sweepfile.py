@@ -136,6 +136,8 @@ BAD_FILES = [
     ("benchmarks:\n  - name: a\n    collectives: [all_reduce]\n  - name: a\n    collectives: [broadcast]\n",
      4, "name: benchmark 'a' is already on line 2"),
     ("", 1, "the sweep file is empty"),
+    ("benchmarks:\n  - collectives: all_reduce,,reduce\n", 2,
+     "collectives: 'all_reduce,,reduce': an empty name in the comma list"),
 ]
 
 

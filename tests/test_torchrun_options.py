@@ -120,7 +120,7 @@ def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
                       "--param-dtype", "bfloat16", "--reduce-dtype", "float32", "--warmup", "1",
                       "--iters", "2", "--backend", "gloo", "--device", "cpu", "--timeout", "66",
                       "--output-dir", str(tmp_path / "dir"), "--csv", str(csv_path), "--json", str(json_path),
-                      "--quiet")
+                      "--max-memory", "3G", "--quiet")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     payload = json.loads(json_path.read_text())
@@ -135,6 +135,7 @@ def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
     assert mixed == (1, "bfloat16", "float32")
     assert (config["backend"], config["device"], config["timeout_s"]) == ("gloo", "cpu", 66.0)
     assert config["quiet"] is True and config["output_dir"] == str(tmp_path / "dir")
+    assert config["max_memory"] == 3 * 2**30
     assert {row["collective"] for row in rows} >= {"all_gather", "reduce_scatter", "step"}  # list APIs
     assert {row["model"] for row in rows} == {"tiny/layers=1"}
     assert csv_path.read_text().count("\n") == len(rows) + 1
@@ -142,7 +143,7 @@ def test_every_pattern_option_reaches_commbench_through_torchrun(tmp_path):
     exercised = {"--model", "--layers", "--bucket-mb", "--predivide", "--postdivide", "--fallback",
                  "--reshard", "--no-reshard", "--overlap", "--compute-size", "--check", "--dtype", "--warmup",
                  "--iters", "--backend", "--device", "--timeout", "--output-dir", "--csv", "--json",
-                 "--quiet", "--fsdp-version", "--param-dtype", "--reduce-dtype"}
+                 "--quiet", "--fsdp-version", "--param-dtype", "--reduce-dtype", "--max-memory"}
     # a new option added to `pattern fsdp` must be added to this pass-through run too
     options = _options(cli.commands["pattern"].commands["fsdp"])
     assert options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
@@ -220,3 +221,21 @@ def test_every_replay_option_reaches_commbench_through_torchrun(tmp_path, record
                  "--device", "--timeout", "--output-dir", "--csv", "--json", "--quiet"}
     # a new option added to `replay` must be added to this pass-through run too
     assert _options(cli.commands["replay"]) - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
+
+
+@pytest.mark.processes
+def test_torchrun_s_own_option_after_dash_m_commbench_is_told_to_go_before_it(tmp_path):
+    """The hint is one torchrun accepts: not --nproc, which torchrun rejects as an ambiguous prefix."""
+    result = torchrun(2, "--nproc-per-node", "2", "--sizes", "1K", "--output-dir", str(tmp_path))
+    assert result.returncode != 0 and "Did you mean" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert lines == ["commbench: error: --nproc-per-node is torchrun's option, not commbench's: give it "
+                     "before -m commbench, as in `torchrun --nproc-per-node ... -m commbench ...` (without a "
+                     "launcher, commbench spawns --nproc local ranks)"] * 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_torchrun_options_named_in_hints_are_torchrun_s():
+    from commbench.cli.options import TORCHRUN_OPTIONS
+
+    assert TORCHRUN_OPTIONS <= _torchrun_options()

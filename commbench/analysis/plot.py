@@ -16,6 +16,7 @@ from commbench.results.frame import rows_frame
 from commbench.results.kinds import drawing_kind
 from commbench.results.model import SERIES_FIELDS, Row, default_placement
 from commbench.results.saved import SavedRun, load_runs
+from commbench.writers.paths import check_file
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -235,6 +236,7 @@ def plot_command(paths: list[str], output: str, collectives: list[str] | None) -
     if target.suffix.lower() not in IMAGE_SUFFIXES:
         raise UsageError(f"--output {output}: the image type comes from the suffix: "
                          f"{', '.join(IMAGE_SUFFIXES)}")
+    check_file("--output", target, "the image")
     require_matplotlib()
     runs = load_runs(paths)
     kind = drawing_kind(runs)  # a fabric result draws its heatmaps

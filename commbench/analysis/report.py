@@ -26,6 +26,7 @@ from commbench.results.model import SERIES_FIELDS, Row
 from commbench.results.passes import SPIKE_FACTOR, soak_lines, time_spikes
 from commbench.results.saved import SavedRun, load_runs
 from commbench.writers.console import TextTable, run_table
+from commbench.writers.paths import check_file
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -186,12 +187,13 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
 
 
 def report_command(paths: list[str], output: str) -> None:
+    target = Path(output)
+    check_file("--output", target, "the report")
     runs = load_runs(paths)
     plots_missing = matplotlib_missing()
     kind = page_kind(runs)  # fabric results get a page of their own
     page = kind.report_page(runs, plots_missing) if kind is not None and kind.report_page is not None \
         else build_report(runs, plots_missing)
-    target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
     if plots_missing:

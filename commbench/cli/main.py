@@ -11,11 +11,11 @@ import sys
 import click
 
 from commbench import __version__
-from commbench.cli.options import launch_options, soak_options
+from commbench.cli.options import TORCHRUN_OPTIONS, launch_options, launcher_option_text, soak_options
 from commbench.cli.run import run, sweep
 from commbench.cli.saved import compare, plot, report
 from commbench.cli.tools import env_command, list_command, replay
-from commbench.errors import AlreadyReported, RunError, Terminated, UsageError
+from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
 from commbench.fabric.command import fabric_command
 from commbench.fabric.kind import FABRIC
 from commbench.patterns.commands import pattern_group
@@ -31,9 +31,25 @@ class DefaultGroup(click.Group):
     default_command = "run"
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            # `run` takes options only: a first word that is no command is a command mistyped
+            raise UsageError(f"no such command {args[0]!r}{did_you_mean(args[0], sorted(self.commands))}; "
+                             f"the commands are {', '.join(sorted(self.commands))} (`commbench --help`)")
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands, then every option of the default command: `commbench --help` shows what
+        `commbench --sizes ...` takes, not only where to look for it."""
+        super().format_help(ctx, formatter)
+        default = self.commands[self.default_command]
+        run_ctx = click.Context(default, info_name=self.default_command, parent=ctx)
+        records = [record for param in default.get_params(run_ctx)
+                   if (record := param.get_help_record(run_ctx)) is not None]
+        with formatter.section(f"Options of a benchmark run (commbench [OPTIONS], the {self.default_command} "
+                               "command)"):
+            formatter.write_dl(records)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["--help", "-h"]})
@@ -62,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})
+    except click.NoSuchOption as exc:
+        known = exc.option_name in TORCHRUN_OPTIONS
+        text = launcher_option_text(exc.option_name) if known else exc.format_message()
+        print(f"commbench: error: {_one_line(text)}", file=sys.stderr)
+        return 2
     except click.ClickException as exc:
         print(f"commbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
         return 2

@@ -149,13 +149,14 @@ def sweep_file_aliases(command: click.Command) -> dict[str, str]:
 def fields_from_options(values: dict[str, Any], command: click.Command) -> dict[str, Any]:
     """Configuration fields from the options' values: list fields are parsed from their text form."""
     by_param = option_fields(command)
+    flags = {param.name: param.opts[0] for param in command.params}
     found = {}
     for name, value in values.items():
         field_name = by_param.get(name)
         if field_name is None:
             continue
         if isinstance(value, str) and is_list_field(field_name):
-            value = list_field_from_text(field_name, value)
+            value = list_field_from_text(field_name, value, flags.get(name, ""))
         elif isinstance(value, str) and field_name in SCALAR_TEXT_PARSERS:
             value = SCALAR_TEXT_PARSERS[field_name](value)
         found[field_name] = value

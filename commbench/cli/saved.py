@@ -37,7 +37,8 @@ def plot(files: tuple[str, ...], output_path: str, collective: str | None) -> No
     """Plot busbw and latency against size for saved runs."""
     from commbench.analysis.plot import plot_command
 
-    plot_command(list(files), output_path, None if collective is None else parse_list(collective))
+    collectives = None if collective is None else parse_list(collective, "--collective")
+    plot_command(list(files), output_path, collectives)
 
 
 @click.command()

@@ -113,14 +113,20 @@ def flat_fields(config: RunConfig) -> dict[str, Any]:
     return values
 
 
-def parse_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+def parse_list(text: str, flag: str = "") -> list[str]:
+    """The names of a comma list. An empty one (``a,,b``, a comma at an end) is a UsageError rather than
+    skipped: it is most often a name lost to a typo."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) > 1 and not all(parts):
+        raise UsageError(f"{flag + ' ' if flag else ''}{text!r}: an empty name in the comma list (two commas "
+                         "together, or one at an end)")
+    return [part for part in parts if part]
 
 
 def parse_choices(text: str, choices: tuple[str, ...], flag: str) -> list[str]:
     """A comma list of ``choices`` ('both' meaning all of them), duplicates dropped."""
     chosen: list[str] = []
-    for part in parse_list(text):
+    for part in parse_list(text, flag):
         if part == "both":
             chosen.extend(choices)
         elif part in choices:
@@ -140,13 +146,13 @@ SCALAR_TEXT_PARSERS: dict[str, Callable[[str], Any]] = {"max_memory": parse_size
                                                         "duration_s": parse_duration}
 
 
-def list_field_from_text(name: str, text: str) -> list:
-    """The list field ``name`` from the text a user typed (the command line's form)."""
+def list_field_from_text(name: str, text: str, flag: str = "") -> list:
+    """The list field ``name`` from the text a user typed (the command line's form) after ``flag``."""
     parser = LIST_ITEM_PARSERS.get(name)
     if parser is not None:
         return parser(text)
     item_type = typing.get_args(field_type(name)[0])[0]
-    parts = parse_list(text)
+    parts = parse_list(text, flag)
     if item_type in (int, float):
         try:
             return [item_type(part) for part in parts]

@@ -177,7 +177,10 @@ class _SweepFile:
                     raise self.fail(item, f"{key}: expected a list of plain values, found {_kind(item)}")
                 items.append((item, item.value))  # raw text: YAML 1.1 would read 4:16 as sexagesimal
         elif isinstance(node, yaml.ScalarNode):
-            parts = [node.value] if field in LIST_ITEM_PARSERS else parse_list(node.value)
+            try:
+                parts = [node.value] if field in LIST_ITEM_PARSERS else parse_list(node.value, f"{key}:")
+            except UsageError as exc:
+                raise self.fail(node, str(exc)) from None
             items = [(node, part) for part in parts]
         else:
             raise self.fail(node, f"{key}: expected a list or a comma-separated string, got {_kind(node)}")

@@ -168,7 +168,8 @@ def approximate_bytes(num_bytes: int) -> str:
     for unit, scale in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
                         ("KiB", 1024)):
         if num_bytes >= scale:
-            return f"{num_bytes / scale:.3g} {unit}"
+            value = num_bytes / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"  # not 1e+03
     return f"{num_bytes} B"
 
 

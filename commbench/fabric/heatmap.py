@@ -1,10 +1,11 @@
 """Figures of a fabric result: rank x rank heatmaps of bandwidth and latency, and a soak's drift.
 
 Ranks are grouped by host (hosts in order of their first rank), with a line between hosts and the host
-names beside the rank numbers; a slow cell (outliers.py) is crossed; unmeasured cells (the diagonal, or
-pairs --sample left out) are blank. A soak of 2 passes or more adds a third panel: every pair
-direction's bandwidth against time (elapsed_s), the per-pass median in black, and the pairs with
-spikes in colour, so a flaky link stands out from the fabric's drift.
+names beside the rank numbers; colour is proportional to the value (the scale starts at 0); a slow cell
+(outliers.py) is crossed; unmeasured cells (the diagonal, or pairs --sample left out) are blank. A soak
+of 2 passes or more adds a third panel: every pair direction's bandwidth against time (elapsed_s), the
+per-pass median in black, and the pairs with spikes in colour, so a flaky link stands out from the
+fabric's drift.
 """
 
 import math
@@ -29,13 +30,21 @@ def _host_spans(hostnames: list[str]) -> list[tuple[str, int, int]]:
     return spans
 
 
+def _colour_top(grid: list[list[float]]) -> float:
+    """The value the colour scale ends at; it starts at 0, so colour is proportional to the value: 1.57
+    and 1.605 GB/s look alike, and a link at half the others' bandwidth is half as bright (a scale
+    stretched over min..max would paint a 2% difference from one end of the colours to the other)."""
+    values = [value for line in grid for value in line if not math.isnan(value)]
+    return max(values) if values and max(values) > 0 else 1.0
+
+
 def _matrix_panel(axes: Any, figure: Any, analysis: FabricAnalysis, metric: Metric) -> None:
     matrices = analysis.matrices
     order = matrices.ranks_by_host_order()
     source = matrices.bandwidth_gbps if metric is BANDWIDTH else matrices.latency_us
     grid = [[math.nan if source[src][dst] is None else source[src][dst] for dst in order] for src in order]
     image = axes.imshow(grid, cmap="viridis" if metric.higher_is_better else "viridis_r",
-                        interpolation="nearest")
+                        interpolation="nearest", vmin=0, vmax=_colour_top(grid))
     figure.colorbar(image, ax=axes, shrink=0.8, label=f"{metric.name} ({metric.unit})")
     position = {rank: index for index, rank in enumerate(order)}
     for item in analysis.slow:
@@ -61,7 +70,7 @@ def _matrix_panel(axes: Any, figure: Any, analysis: FabricAnalysis, metric: Metr
     sender = "sender" if metric is BANDWIDTH else "leader"
     axes.set_xlabel("receiver rank" if metric is BANDWIDTH else "partner rank", labelpad=22)
     axes.set_ylabel(f"{sender} rank", labelpad=30)
-    axes.set_title(f"{metric.name} by pair (x: slow)")
+    axes.set_title(f"{metric.name} by pair\n(x: slow)")
 
 
 def _drift_panel(axes: Any, rows: list[Row], analysis: FabricAnalysis) -> None:
@@ -83,7 +92,7 @@ def _drift_panel(axes: Any, rows: list[Row], analysis: FabricAnalysis) -> None:
     axes.set_yscale("log")
     axes.set_xlabel("elapsed (s)")
     axes.set_ylabel("bandwidth (GB/s)")
-    axes.set_title("soak: bandwidth over time (spikes in colour)")
+    axes.set_title("soak: bandwidth over time\n(spikes in colour)")
     axes.legend(fontsize="small", frameon=False)
     axes.grid(True, alpha=0.3)
 
@@ -95,12 +104,13 @@ def heatmap_figure(analysis: FabricAnalysis, rows: list[Row], title: str) -> Any
     pyplot = require_matplotlib()
     soak = len(analysis.passes) > 1
     size = min(6.5, 3.5 + 0.12 * len(analysis.matrices.hostnames))
-    figure, panels = pyplot.subplots(1, 3 if soak else 2, figsize=(size * (3 if soak else 2), size + 0.8),
-                                     squeeze=False)
+    # constrained layout keeps titles, host names and colour bars inside (tight_layout clipped them)
+    figure, panels = pyplot.subplots(1, 3 if soak else 2, figsize=(size * (3 if soak else 2), size + 1.2),
+                                     squeeze=False, layout="constrained")
     for axes, metric in zip(panels[0], (BANDWIDTH, LATENCY), strict=False):
         _matrix_panel(axes, figure, analysis, metric)
     if soak:
         _drift_panel(panels[0][2], rows, analysis)
     figure.suptitle(title)
-    figure.tight_layout(w_pad=4)
+    figure.get_layout_engine().set(w_pad=0.15)
     return figure

@@ -33,13 +33,19 @@ from commbench.writers.output import Output
 
 def _summary(ctx: FabricContext) -> str:
     config, hosts = ctx.config, len(set(ctx.hostnames))
-    soak = config.launch
-    limits = [f"{soak.duration_s:g} s"] if soak.duration_s else []
-    limits += [f"{soak.passes} passes"] if soak.passes else []
-    soak = f"; soak: {' or '.join(limits)}, whichever comes first" if limits else ""
+    soak = soak_text(config.launch.duration_s, config.launch.passes)
     return (f"fabric: {ctx.schedule.describe(config.serial)} on {hosts} host{'s' if hosts > 1 else ''}; "
             f"bandwidth at {format_size(config.size)}, latency at {format_size(config.latency_size)}, "
             f"{config.warmup} warm-up and {config.iters} timed messages per direction{soak}")
+
+
+def soak_text(duration_s: float | None, passes: int | None) -> str:
+    """How long the soak repeats, as the summary says it ('' without one)."""
+    if duration_s and passes:
+        return f"; soak: {duration_s:g} s or {passes} passes, whichever comes first"
+    if duration_s:
+        return f"; soak: passes for {duration_s:g} s (the last one started in time runs to its end)"
+    return f"; soak: {passes} passes" if passes else ""
 
 
 def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, session: Session,

@@ -11,8 +11,11 @@ import click
 
 from commbench.config.launch import LAUNCH_FIELDS, LaunchConfig
 from commbench.config.sweep import parse_list
+from commbench.core.sizes import parse_size
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+# pattern moe's default model: the shipped mixture of experts (gpt2-small, the others' default, has none)
+DEFAULT_MOE_MODEL = "mixtral-8x7b"
 
 
 def _launch_config(ctx: click.Context, options: dict[str, Any]) -> LaunchConfig:
@@ -27,9 +30,14 @@ def _apply(command: Callable[..., Any], decorators: list[Decorator]) -> Callable
     return command
 
 
-_MODEL = click.option("--model", "model", default="gpt2-small", show_default=True,
-                      help="A preset (configs/models: gpt2-small, llama-7b, mixtral-8x7b, tiny, tiny-moe) or "
-                           "a YAML file of units, parameter shapes and dims.")
+
+
+def _model(default: str) -> Decorator:
+    return click.option("--model", "model", default=default, show_default=True,
+                        help="A preset (configs/models: gpt2-small, llama-7b, mixtral-8x7b, tiny, tiny-moe) "
+                             "or a YAML file of units, parameter shapes and dims.")
+
+
 _LAYERS = click.option("--layers", type=int, default=None,
                        help="Keep only the model's first N layers (cuts a big model down for CPU).")
 _CHECK_HELP = "Run one untimed step first with known inputs and verify every collective's outputs."
@@ -37,7 +45,7 @@ _CHECK_HELP = "Run one untimed step first with known inputs and verify every col
 
 def fsdp_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return _apply(command, [
-        _MODEL, _LAYERS,
+        _model("gpt2-small"), _LAYERS,
         click.option("--fsdp-version", type=click.Choice(["2", "1"]), default="2", show_default=True,
                      help="2: torch's fully_shard (per-parameter shards, AVG); 1: FullyShardedDataParallel "
                           "(a flat parameter per unit, summed between divisions)."),
@@ -70,13 +78,17 @@ def fsdp_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "--param-dtype]."),
         click.option("--warmup", type=int, default=0, show_default=True, help="Untimed steps per bucketing."),
         click.option("--iters", type=int, default=3, show_default=True, help="Timed steps per bucketing."),
+        click.option("--max-memory", default=None,
+                     help="Bytes per rank the run may hold, e.g. 8G [default: 90% of the memory available "
+                          "to each rank]; a run estimated above it is refused before it allocates."),
     ])
 
 
-def activation_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options tp, moe, pp and 3d share: the model and one micro-batch's shape."""
-    return _apply(command, [
-        _MODEL, _LAYERS,
+def activation_options(default_model: str = "gpt2-small") -> Decorator:
+    """The options tp, moe, pp and 3d share: the model (moe's default has experts) and one micro-batch's
+    shape."""
+    return lambda command: _apply(command, [
+        _model(default_model), _LAYERS,
         click.option("--seq-len", type=int, default=None,
                      help="Tokens per sequence [default: the model's context, at most 4096]."),
         click.option("--micro-batch-size", type=int, default=1, show_default=True,
@@ -107,8 +119,10 @@ def fsdp(ctx: click.Context, buckets: str, fsdp_version: str, **options: Any) ->
     from commbench.patterns.fsdp_config import FsdpConfig, resolve_fsdp
     from commbench.running.launch import deferred, launch
 
-    config = FsdpConfig(launch=_launch_config(ctx, options), buckets=parse_list(buckets) or [buckets],
-                        fsdp_version=int(fsdp_version), **options)
+    max_memory = options.pop("max_memory")
+    config = FsdpConfig(launch=_launch_config(ctx, options), fsdp_version=int(fsdp_version),
+                        buckets=parse_list(buckets, "--bucket-mb") or [buckets],
+                        max_memory=None if max_memory is None else parse_size(max_memory), **options)
     return launch([resolve_fsdp(config)], work=deferred("commbench.patterns.fsdp", "run_fsdp"))
 
 
@@ -138,16 +152,16 @@ def three_d(ctx: click.Context, **options: Any) -> int:
 
 COMMANDS: list[tuple[str, Callable[..., int], list[Decorator]]] = [
     ("fsdp", fsdp, [fsdp_options]),
-    ("tp", tp, [activation_options, _TP, _SEQUENCE_PARALLEL]),
-    ("moe", moe, [activation_options,
+    ("tp", tp, [activation_options(), _TP, _SEQUENCE_PARALLEL]),
+    ("moe", moe, [activation_options(DEFAULT_MOE_MODEL),
                   click.option("--routing-skew", type=float, default=1.0, show_default=True,
                                help="Zipf exponent of expert popularity (0: uniform routing)."),
                   click.option("--seed", type=int, default=0, show_default=True,
                                help="Seed of the routing draws.")]),
-    ("pp", pp, [activation_options,
+    ("pp", pp, [activation_options(),
                 click.option("--pp", type=int, default=None, help="Pipeline stages [default: the world]."),
                 _MICRO_BATCHES, _COMPUTE]),
-    ("3d", three_d, [activation_options, _TP, click.option("--pp", type=int, default=1, show_default=True,
+    ("3d", three_d, [activation_options(), _TP, click.option("--pp", type=int, default=1, show_default=True,
                                                           help="Pipeline stages."),
                      click.option("--dp", type=int, default=None,
                                   help="Data-parallel ranks [default: the world / (tp x pp)]."),

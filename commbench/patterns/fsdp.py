@@ -14,11 +14,22 @@ from commbench.backends.base import Backend
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.core.dtypes import torch_dtype
 from commbench.errors import failures_named
-from commbench.patterns.fsdp_check import FsdpChecker, run_check
+from commbench.patterns.estimate import (
+    StepCost,
+    StepProgress,
+    budget_of,
+    fsdp_check_values,
+    fsdp_hint,
+    fsdp_memory,
+    fsdp_steps,
+    refuse_past_budget,
+    time_text,
+)
+from commbench.patterns.fsdp_check import FsdpChecker, run_check, seconds_per_value
 from commbench.patterns.fsdp_config import PATTERN, FsdpConfig, resolve_fsdp  # noqa: F401 (the pattern's names)
 from commbench.patterns.fsdp_step import FsdpStep, ShardState, StepOptions
 from commbench.patterns.kind import PATTERN_KINDS  # noqa: F401 - its rows' tables on the console
-from commbench.patterns.measure import StepRun, measure_breakdown, measure_overlap, step_dry
+from commbench.patterns.measure import StepRun, measure_breakdown, measure_overlap, probe_alpha_beta, step_dry
 from commbench.patterns.models import load_model
 from commbench.patterns.schedule import Label
 from commbench.patterns.sharding import (
@@ -81,6 +92,12 @@ def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, sessio
     """Every bucketing of the (one) config's buckets: an untimed --check step, timed steps, rows as each
     finishes. (A pattern runs on the world: of the ``session`` it takes the rows' provenance context.)"""
     (config,) = configs
+    with _estimate(config, backend, output, session) as progress:  # refused here when it would not fit
+        return _run_bucketings(config, backend, output, session, progress)
+
+
+def _run_bucketings(config: FsdpConfig, backend: Backend, output: Output, session: Session | None,
+                    progress: StepProgress) -> list[Row]:
     setup = fsdp_setup(config, backend.world_size, backend.device)
     plan, reduction = setup.plan, setup.reduction
     model = plan.model
@@ -95,8 +112,11 @@ def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, sessio
         with failures_named(lambda: f"{context} failed on rank {backend.rank}"):
             direct = setup.step(backend, Bucketing("0", 0))
             step_dry(backend, direct, context)
+            progress.working(f"--check, {context}")
             run_check(backend, checker, direct, context)
+            progress.step_done()
             checker.reference = setup.state.grad_shards.clone()
+            del direct  # its buffers (a divided copy of the largest gradient) are not needed again
     rows: list[Row] = []
     # One matmul size for every bucketing: the model's compute does not change with the bucketing.
     compute_size = None if config.compute_size == "auto" else int(config.compute_size)
@@ -107,13 +127,15 @@ def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, sessio
         with failures_named(lambda: f"{context} failed on rank {backend.rank}"):  # noqa: B023 - used at once
             step = setup.step(backend, bucketing)
             labels = step_dry(backend, step, context)
+            progress.working(context)
             if checker is not None:
                 run_check(backend, checker, step, context)
+                progress.step_done()
             shared = dict(pattern=PATTERN, variant=config.variant, model=model.label, dtype=step_dtype,
                           bucket_mb=bucketing.label, predivide=reduction.predivide,
                           postdivide=reduction.postdivide)
             run = StepRun(backend, step, labels, context, config.iters, config.warmup, shared,
-                          row_context=session.row_context if session else None)
+                          row_context=session.row_context if session else None, step_done=progress.step_done)
             measured = measure_breakdown(run).rows
             if config.overlap:
                 compute_size, overlap_rows = measure_overlap(run, compute_size, setup.state.param_dtype)
@@ -126,6 +148,28 @@ def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, sessio
                     f"step p50 {step_row.time_us_p50 / 1e3:.2f} ms{', checked' if checker else ''}")
     output.table_done(rows)
     return rows
+
+
+def _estimate(config: FsdpConfig, backend: Backend, output: Output, session: Session | None) -> StepProgress:
+    """Say what the run will hold and take before allocating anything; refuse it past the budget."""
+    device, world = backend.device.type, backend.world_size
+    memory = fsdp_memory(config, world, device)
+    budget = budget_of(config.max_memory, session.memory if session else None)
+    if budget is not None:
+        refuse_past_budget(memory, budget, fsdp_hint(config, world, device, budget.limit))
+    labels = fsdp_schedule(config, world, config.buckets[0], device)  # on the meta device: nothing held
+    cost = StepCost([label.size_bytes for label in labels])
+    param_dtype = torch_dtype(config.dtypes()[0])
+    alpha_beta = probe_alpha_beta(backend, param_dtype)
+    check_seconds = 0.0
+    if config.check:
+        plan = shard_model(load_model(config.model, config.layers), world, config.fsdp_version)
+        per_value = seconds_per_value(plan, param_dtype, backend.device)
+        check_seconds = fsdp_check_values(config, world) * per_value
+    within = f" (budget {budget.describe()})" if budget is not None else ""
+    timing = time_text(fsdp_steps(config), cost, alpha_beta, check_seconds)
+    output.note(f"estimate: {memory.describe()}{within}; {timing}")
+    return StepProgress(output.note, fsdp_steps(config))
 
 
 def _summary(setup: FsdpSetup, config: FsdpConfig) -> str:

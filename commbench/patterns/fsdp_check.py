@@ -6,29 +6,48 @@ Values are small integers, and gradients world_size x (1..4), so a power-of-two 
 sum and the postdivision are exact in every floating dtype whatever order the ranks are added in.
 """
 
+import time
+from collections.abc import Iterator
+
 import torch
 
 from commbench.backends.base import Backend
 from commbench.errors import RunError
 from commbench.patterns.fsdp_step import FsdpStep, ShardState
 from commbench.patterns.schedule import SYNC, Issuer
-from commbench.patterns.sharding import Bucketing, Reduction, ShardedParam, ShardedUnit
+from commbench.patterns.sharding import Bucketing, Reduction, ShardedParam, ShardedUnit, ShardPlan
+
+BLOCK = 1 << 22  # elements of expected values made at a time: --check's temporaries stay near 150 MiB
 
 
-def param_values(param: ShardedParam, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A parameter's full, padded value: small integers (exact in every dtype), zero in the padding."""
-    index = torch.arange(param.padded, device=device)
+def blocks(start: int, stop: int) -> Iterator[tuple[int, int]]:
+    """[start, stop) in pieces of at most BLOCK elements."""
+    for begin in range(start, stop, BLOCK):
+        yield begin, min(begin + BLOCK, stop)
+
+
+def _indices(param: ShardedParam, start: int, stop: int | None, device: torch.device) -> torch.Tensor:
+    return torch.arange(start, param.padded if stop is None else stop, device=device)
+
+
+def param_values(param: ShardedParam, dtype: torch.dtype, device: torch.device, start: int = 0,
+                 stop: int | None = None) -> torch.Tensor:
+    """Elements [start, stop) of a parameter's padded value (all of it by default): small integers
+    (exact in every dtype), zero in the padding."""
+    index = _indices(param, start, stop, device)
     values = ((index + 2 * param.index) % 16 + 1).to(dtype)
-    values[param.numel:] = 0
+    values[index >= param.numel] = 0
     return values
 
 
-def grad_values(param: ShardedParam, rank: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Rank ``rank``'s padded gradient: world_size x (1..4), so that a power-of-two predivision, every
-    partial sum and the postdivision are exact whatever order the ranks are added in."""
-    index = torch.arange(param.padded, device=device)
+def grad_values(param: ShardedParam, rank: int, dtype: torch.dtype, device: torch.device, start: int = 0,
+                stop: int | None = None) -> torch.Tensor:
+    """Elements [start, stop) of rank ``rank``'s padded gradient: world_size x (1..4), so that a
+    power-of-two predivision, every partial sum and the postdivision are exact whatever order the ranks
+    are added in."""
+    index = _indices(param, start, stop, device)
     values = (((index + rank + param.index) % 4 + 1) * param.world_size).to(dtype)
-    values[param.numel:] = 0
+    values[index >= param.numel] = 0
     return values
 
 
@@ -45,30 +64,40 @@ class FsdpChecker:
         self.reference: torch.Tensor | None = None  # the unbucketed (one collective per parameter) result
         for unit in self.plan.units:
             for param in unit.params:
-                full = param_values(param, state.param_dtype, state.device)
-                start = unit.offset + param.offset
-                chunk = full[rank * param.chunk: (rank + 1) * param.chunk]
-                state.param_shards[start: start + param.chunk].copy_(chunk)
+                shard = state.param_shards[unit.offset + param.offset:][:param.chunk]
+                first = rank * param.chunk
+                for begin, end in blocks(0, param.chunk):
+                    shard[begin:end].copy_(param_values(param, state.param_dtype, state.device, first + begin,
+                                                        first + end))
 
     # StepHooks
     def gathered(self, unit: ShardedUnit, rows: torch.Tensor) -> None:
         for param in unit.params:
-            got = rows[:, param.offset: param.offset + param.chunk].reshape(-1)
-            self._compare(got, param_values(param, self.state.param_dtype, self.state.device),
-                          f"all-gathered parameter {unit.name}.{param.name}")
+            what = f"all-gathered parameter {unit.name}.{param.name}"
+            for row in range(rows.shape[0]):  # rank by rank, a block at a time
+                got = rows[row, param.offset: param.offset + param.chunk]
+                first = row * param.chunk
+                for begin, end in blocks(0, param.chunk):
+                    expected = param_values(param, self.state.param_dtype, self.state.device, first + begin,
+                                            first + end)
+                    self._compare(got[begin:end], expected, what, first + begin)
 
     def backward(self, unit: ShardedUnit) -> None:
         for param in unit.params:
-            self.state.param_grad(param).copy_(grad_values(param, self.rank, self.state.dtype,
-                                                           self.state.device))
+            grad = self.state.param_grad(param)
+            for begin, end in blocks(0, param.padded):
+                grad[begin:end].copy_(grad_values(param, self.rank, self.state.dtype, self.state.device,
+                                                  begin, end))
 
-    def expected_shard(self, param: ShardedParam) -> torch.Tensor:
-        """This rank's reduced chunk, computed locally with the same op and divisions in the same dtype."""
+    def expected_block(self, param: ShardedParam, begin: int, end: int) -> torch.Tensor:
+        """Elements [begin, end) of this rank's reduced chunk, computed locally with the same op and
+        divisions in the same dtype."""
         dtype, device, reduction = self.state.dtype, self.state.device, self.reduction
-        total = torch.zeros(param.chunk, dtype=dtype, device=device)
-        window = slice(self.rank * param.chunk, (self.rank + 1) * param.chunk)
+        first = self.rank * param.chunk
+        total = torch.zeros(end - begin, dtype=dtype, device=device)
         for rank in range(param.world_size):
-            total += torch.div(grad_values(param, rank, dtype, device)[window], reduction.predivide)
+            total += torch.div(grad_values(param, rank, dtype, device, first + begin, first + end),
+                               reduction.predivide)
         if reduction.op == "avg":
             total = torch.div(total, param.world_size)
         return torch.div(total, reduction.postdivide)
@@ -76,8 +105,10 @@ class FsdpChecker:
     def verify(self, bucketing: Bucketing) -> None:
         for unit in self.plan.units:
             for param in unit.params:
-                self._compare(self.state.grad_shard(unit, param), self.expected_shard(param),
-                              f"reduced gradient {unit.name}.{param.name} (bucket {bucketing.describe()})")
+                got = self.state.grad_shard(unit, param)
+                what = f"reduced gradient {unit.name}.{param.name} (bucket {bucketing.describe()})"
+                for begin, end in blocks(0, param.chunk):
+                    self._compare(got[begin:end], self.expected_block(param, begin, end), what, begin)
         if self.reference is None:
             return
         for unit in self.plan.units:
@@ -87,12 +118,27 @@ class FsdpChecker:
                               f"reduced gradient {unit.name}.{param.name} (bucket {bucketing.describe()}) "
                               "against the unbucketed result")
 
-    def _compare(self, got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    def _compare(self, got: torch.Tensor, expected: torch.Tensor, what: str, first: int = 0) -> None:
+        """``first``: the element index of ``got[0]`` in what the message names."""
         if self.mismatches or torch.equal(got, expected):
             return  # the first mismatch is the one worth reading
         index = int((got != expected).nonzero()[0].item())
-        self.mismatches.append(f"{what}: element {index} is {got[index].item():g}, "
+        self.mismatches.append(f"{what}: element {first + index} is {got[index].item():g}, "
                                f"expected {expected[index].item():g}")
+
+
+def seconds_per_value(plan: ShardPlan, dtype: torch.dtype, device: torch.device) -> float:
+    """What --check takes per expected value it makes and compares, timed on a block of the largest
+    parameter (for the time estimate; patterns/estimate.py counts the values)."""
+    param = max(plan.params(), key=lambda item: item.padded)
+    count = min(BLOCK, param.padded)
+    fastest = float("inf")
+    for _ in range(3):  # the first call pays for allocation and dispatch that later ones do not
+        started = time.perf_counter()
+        values = param_values(param, dtype, device, 0, count)
+        torch.equal(values, values.clone())
+        fastest = min(fastest, time.perf_counter() - started)
+    return fastest / count
 
 
 def run_check(backend: Backend, checker: FsdpChecker, step: FsdpStep, context: str) -> None:

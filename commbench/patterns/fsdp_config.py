@@ -35,6 +35,7 @@ class FsdpConfig:
     reduce_dtype: str | None = None  # mixed precision: the reduce-scatters' dtype [default: param_dtype]
     warmup: int = 0  # the dry step that sizes every buffer comes first; the median of 3 absorbs a cold step
     iters: int = 3
+    max_memory: int | None = None  # bytes per rank the run may hold; None: the budget the ranks agree on
     pattern: str = PATTERN
 
     def check_world(self, world_size: int) -> None:
@@ -75,6 +76,8 @@ def resolve_fsdp(config: FsdpConfig) -> FsdpConfig:
     compute_size = str(config.compute_size).strip().lower()
     if compute_size != "auto" and (not compute_size.isdigit() or int(compute_size) < 1):
         raise UsageError(f"--compute-size {config.compute_size!r}: give a matrix size such as 1024, or auto")
+    if config.max_memory is not None and config.max_memory <= 0:
+        raise UsageError("--max-memory must be above 0 bytes")
     for flag, value, minimum in (("--warmup", config.warmup, 0), ("--iters", config.iters, 1)):
         if value < minimum:
             raise UsageError(f"{flag} {value} must be at least {minimum}")

@@ -9,6 +9,7 @@ parts; a rank that never issued a part counts zero time in it, and a part's size
 moved (the size v-collectives report, docs/measurement.md), averaged over the timed steps.
 """
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,6 +54,7 @@ class StepRun:
     shared: dict[str, Any] = field(default_factory=dict)  # pattern, model, dtype, ... of each row
     layouts: dict[str, str] = field(default_factory=dict)
     row_context: RowContext | None = None  # the run's peaks and verdicts (commbench.provenance)
+    step_done: Callable[[], None] = lambda: None  # told after every step run (progress lines)
 
     def row(self, sampled: Sampled | None, **fields: Any) -> Row:
         backend = self.backend
@@ -104,13 +106,15 @@ def gather_series(backend: Backend, series: list[list[float]], ops: int) -> list
     return found
 
 
-def time_steps(backend: Backend, steps: list[Callable[[], None]], iters: int, warmup: int
-               ) -> list[list[float]]:
+def time_steps(backend: Backend, steps: list[Callable[[], None]], iters: int, warmup: int,
+               step_done: Callable[[], None] = lambda: None) -> list[list[float]]:
     """Seconds per run of each step on this rank, the steps taking turns (so that a machine getting
-    slower or faster shifts them all alike); every timed run starts at a barrier."""
+    slower or faster shifts them all alike); every timed run starts at a barrier. ``step_done`` is told
+    after each run."""
     for _ in range(warmup):
         for run_step in steps:
             run_step()
+            step_done()
     backend.sync_device()
     timers = [make_timer(backend, iters) for _ in steps]
     for index in range(iters):
@@ -119,7 +123,35 @@ def time_steps(backend: Backend, steps: list[Callable[[], None]], iters: int, wa
             timer.start(index)
             run_step()
             timer.finish(index, _NO_WORK)
+            step_done()
     return [timer.seconds() for timer in timers]
+
+
+PROBE_BYTES = 16 * 2**20  # the probe's large all-gather: every rank the same, whatever it issues
+
+
+def probe_alpha_beta(backend: Backend, dtype: torch.dtype) -> tuple[float, float]:
+    """This backend's α (seconds per call) and β (bytes per second) for the time estimate
+    (patterns/estimate.py): all-gathers of one element per rank and of PROBE_BYTES, each the fastest of
+    three, the slowest rank's."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    world = backend.world_size
+    big = max(1, PROBE_BYTES // (itemsize * world))
+    fastest = []
+    for count in (1, big):
+        args = CollectiveArgs(input=torch.zeros(count, dtype=dtype, device=backend.device),
+                              output=torch.zeros(count * world, dtype=dtype, device=backend.device))
+        seconds = []
+        for _ in range(3):
+            backend.barrier()
+            started = time.perf_counter()
+            backend.all_gather_base(args)
+            backend.sync_device()
+            seconds.append(time.perf_counter() - started)
+        fastest.append(min(seconds))
+    small, large = (max(values) for values in zip(*backend.all_gather_floats(fastest), strict=True))
+    moved = big * world * itemsize
+    return small, moved / max(large - small, 1e-9)
 
 
 def _local_parts(labels: list[Label], seconds: list[float], iters: int
@@ -147,10 +179,12 @@ def time_parts(run: StepRun) -> Breakdown:
     backend, step, iters = run.backend, run.step, run.iters
     for _ in range(run.warmup):
         step.run(Issuer(backend, SYNC, run.context))
+        run.step_done()
     slots = len(run.labels) * iters
     slot_timer = make_timer(backend, slots)
     issuer = Issuer(backend, SYNC, run.context, timer=slot_timer, slots=slots)
-    (step_seconds,) = time_steps(backend, [lambda: step.run(issuer)], iters, warmup=0)
+    (step_seconds,) = time_steps(backend, [lambda: step.run(issuer)], iters, warmup=0,
+                                 step_done=run.step_done)
     if issuer.issued != slots:
         raise RunError(f"{run.context}: the step issued {issuer.issued} collectives in {iters} steps, "
                        f"not {slots}, on rank {backend.rank}")
@@ -217,7 +251,7 @@ def measure_overlap(run: StepRun, compute_size: int | None, dtype: torch.dtype) 
     issuer = Issuer(backend, ASYNC, run.context)
     device = backend.device
     if compute_size is None:  # OSU's way: the compute lasts as long as the communication
-        (probe,) = time_steps(backend, [lambda: step.run(issuer)], run.iters, run.warmup)
+        (probe,) = time_steps(backend, [lambda: step.run(issuer)], run.iters, run.warmup, run.step_done)
         (probe_sampled,) = gather_series(backend, [probe], run.iters)
         target = summarize(probe_sampled.slowest).p50 / kernels
         compute_size = overlap_math.calibrate_size(
@@ -230,7 +264,8 @@ def measure_overlap(run: StepRun, compute_size: int | None, dtype: torch.dtype) 
             kernel()
 
     timed = time_steps(backend, [lambda: step.run(issuer), compute_only,
-                                 lambda: step.run(issuer, compute=kernel)], run.iters, run.warmup)
+                                 lambda: step.run(issuer, compute=kernel)], run.iters, run.warmup,
+                       run.step_done)
     comm, compute, both = gather_series(backend, timed, run.iters)
     percent = overlap_math.overlap_percent(summarize(comm.slowest).p50, summarize(compute.slowest).p50,
                                            summarize(both.slowest).p50)

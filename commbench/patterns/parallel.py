@@ -54,8 +54,9 @@ class ParallelConfig:
         mesh = self.mesh(world_size)
         dims = model.require_dims(self.pattern)
         tp = mesh.size("tp")
-        if self.sequence_parallel and self.pattern in ("tp", "3d") and self.tokens(model) % tp:
-            raise UsageError(f"sequence parallel splits {self.seq_len_of(model)} x {self.micro_batch_size} "
+        sized = self.for_world(model, world_size)
+        if self.sequence_parallel and self.pattern in ("tp", "3d") and sized.tokens(model) % tp:
+            raise UsageError(f"sequence parallel splits {sized.seq_len_of(model)} x {self.micro_batch_size} "
                              f"tokens over {tp} tensor-parallel ranks: choose a --seq-len they divide")
         if self.pattern == "moe":
             if not dims.is_moe:
@@ -85,6 +86,18 @@ class ParallelConfig:
 
     def seq_len_of(self, model: ModelSpec) -> int:
         return self.seq_len or min(model.require_dims(self.pattern).context, DEFAULT_MAX_SEQ_LEN)
+
+    def for_world(self, model: ModelSpec, world_size: int) -> "ParallelConfig":
+        """This run on ``world_size`` ranks: without --seq-len, the default length shortened (by less
+        than the tensor-parallel size) so that sequence parallelism splits the tokens evenly; a length
+        the user gave is kept, and check_world refuses it if it does not split."""
+        if self.seq_len is not None or not self.sequence_parallel or self.pattern not in ("tp", "3d"):
+            return self
+        tp = self.mesh(world_size).size("tp")
+        seq_len = self.seq_len_of(model)
+        while seq_len > 1 and seq_len * self.micro_batch_size % tp:
+            seq_len -= 1
+        return replace(self, seq_len=seq_len)
 
     def tokens(self, model: ModelSpec) -> int:
         """Tokens in one micro-batch: sequence length x micro-batch size."""

@@ -13,13 +13,14 @@ from commbench.backends.base import Backend
 from commbench.core.dtypes import torch_dtype
 from commbench.core.sizes import format_size
 from commbench.errors import failures_named
+from commbench.patterns.estimate import StepCost, StepProgress, time_text
 from commbench.patterns.kind import PATTERN_KINDS  # noqa: F401 - its rows' tables on the console
-from commbench.patterns.measure import Breakdown, Step, StepRun, measure_breakdown, step_dry
+from commbench.patterns.measure import Breakdown, Step, StepRun, measure_breakdown, probe_alpha_beta, step_dry
 from commbench.patterns.models import ModelSpec, load_model
 from commbench.patterns.moe import MoeStep, Router, imbalance_rows
 from commbench.patterns.parallel import GroupInfo, ParallelConfig, make_groups
 from commbench.patterns.pp import PipelineLink, PpStep, TimedCompute, bubble_rows, one_f_one_b
-from commbench.patterns.schedule import SYNC, Issuer
+from commbench.patterns.schedule import SYNC, Issuer, Label
 from commbench.patterns.threed import (
     DataParallel,
     ThreeDStep,
@@ -147,24 +148,42 @@ def check_step(backend: Backend, workload: Workload, groups: dict[str, GroupInfo
     agree_on_check(backend, checker.mismatches + workload.mismatches, context)
 
 
+def _estimate(config: ParallelConfig, backend: Backend, labels: list[Label], output: Output) -> StepProgress:
+    """The run's steps and their time, from this rank's schedule and a probe (patterns/estimate.py)."""
+    steps = (1 if config.check else 0) + config.warmup + config.iters
+    cost = StepCost([label.size_bytes for label in labels])
+    alpha_beta = probe_alpha_beta(backend, torch_dtype(config.dtype))
+    output.note(f"estimate: {time_text(steps, cost, alpha_beta)}")
+    return StepProgress(output.note, steps)
+
+
 def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output,
                  session: Session | None = None) -> list[Row]:
     """The (one) config's pattern: a dry step, --check, timed steps, rows."""
-    (config,) = configs
-    model = load_model(config.model, config.layers)
+    (given,) = configs
+    model = load_model(given.model, given.layers)
+    config = given.for_world(model, backend.world_size)
     groups = make_groups(backend, config.mesh(backend.world_size))
     workload = BUILDERS[config.pattern](config, model, groups, backend)
     output.note(workload.summary)
+    if config.seq_len_of(model) != given.seq_len_of(model):
+        output.note(f"sequence length {config.seq_len} (the model's {given.seq_len_of(model)} shortened so "
+                    f"that sequence parallelism splits it over {groups['tp'].size} tensor-parallel ranks; "
+                    "--seq-len sets it)")
     context = f"{config.pattern} {model.label}"
     with failures_named(lambda: f"{context} failed on rank {backend.rank}"):
         labels = step_dry(backend, workload.step, context)
-        if config.check:
-            check_step(backend, workload, groups, context)
         shared = dict(pattern=config.pattern, variant=workload.variant, model=model.label, dtype=config.dtype)
         layouts = {name: group.layout for name, group in groups.items()}
-        run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared, layouts,
-                      row_context=session.row_context if session else None)
-        breakdown = measure_breakdown(run)
+        with _estimate(config, backend, labels, output) as progress:
+            progress.working(context)
+            if config.check:
+                check_step(backend, workload, groups, context)
+                progress.step_done()
+            run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared,
+                          layouts, row_context=session.row_context if session else None,
+                          step_done=progress.step_done)
+            breakdown = measure_breakdown(run)
         rows, notes = workload.extras(run, breakdown) if workload.extras else (breakdown.rows, [])
     for row in rows:
         output.row(row)

@@ -18,6 +18,11 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _ms(value_us: float | None) -> str:
+    """A step's time in milliseconds: steps take milliseconds to seconds."""
+    return "-" if value_us is None else f"{value_us / 1e3:.2f}"
+
+
 def _mib(size_bytes: int) -> str:
     return f"{size_bytes / 2**20:.3f}"
 
@@ -54,20 +59,20 @@ def step_table(rows: list[Row], where: str) -> Table:
     step = next(row for row in rows if row.phase == "step")
     inside = next((row for row in rows if row.phase == "collectives"), None)
     table = Table(title=f"{where} · time per step", title_justify="left", header_style="bold")
-    names = ["collectives", "step p50 µs", "p95 µs", "min µs", "max µs", "in collectives µs", "MiB moved"]
+    names = ["collectives", "step p50 ms", "p95 ms", "min ms", "max ms", "in collectives ms", "MiB moved"]
     extra = ("imbalance", f"{step.imbalance:.2f}") if step.imbalance is not None else \
         ("bubble %", f"{step.bubble_pct:.1f}") if step.bubble_pct is not None else None
     for name in names + ([extra[0]] if extra else []):
         table.add_column(name, justify="right")
-    cells = [str(step.calls_per_step), *(_us(value) for value in (step.time_us_p50, step.time_us_p95,
+    cells = [str(step.calls_per_step), *(_ms(value) for value in (step.time_us_p50, step.time_us_p95,
                                                                   step.time_us_min, step.time_us_max)),
-             _us(None if inside is None else inside.time_us_p50), _mib(step.size_bytes)]
+             _ms(None if inside is None else inside.time_us_p50), _mib(step.size_bytes)]
     table.add_row(*cells, *([extra[1]] if extra else []))
     return table
 
 
 def group_table(rows: list[Row], where: str) -> Table:
-    table = Table(title=f"{where} · per group and the critical path, p50 µs per step", title_justify="left",
+    table = Table(title=f"{where} · per group and the critical path, p50 ms per step", title_justify="left",
                   header_style="bold")
     for name in ("part", "all ranks' largest µs", "critical path µs"):
         table.add_column(name, justify="left" if name in LEFT else "right")
@@ -76,6 +81,6 @@ def group_table(rows: list[Row], where: str) -> Table:
         comm = next((row for row in rows if row.phase == "comm" and row.parallel == name), None)
         path = next((row for row in rows
                      if row.phase == "critical path" and (row.parallel or row.unit) == name), None)
-        table.add_row(name, _us(None if comm is None else comm.time_us_p50),
-                      _us(None if path is None else path.time_us_p50))
+        table.add_row(name, _ms(None if comm is None else comm.time_us_p50),
+                      _ms(None if path is None else path.time_us_p50))
     return table

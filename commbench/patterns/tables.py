@@ -2,7 +2,7 @@
 activation patterns' are in parallel_tables.py, these are FSDP's.
 
 1. Per unit: the all-gather times (forward, backward) and the reduce-scatter time of each bucketing side
-   by side, p50 microseconds per step.
+   by side, p50 milliseconds per step (an FSDP step takes milliseconds to seconds: no time is in µs).
 2. Per bucketing: time per step, the collectives it issued, the time spent outside collectives, bytes
    moved, and which bucketing was fastest.
 3. With --overlap: compute alone, communication alone, both, and the overlap percentage.
@@ -18,8 +18,9 @@ from commbench.results.model import Row
 FLUSH_LABEL = "(end of backward)"
 
 
-def _us(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _ms(value_us: float | None) -> str:
+    """Microseconds shown as milliseconds: 1548801.4 µs -> 1548.80."""
+    return "-" if value_us is None else f"{value_us / 1e3:.2f}"
 
 
 def _bucket_name(label: str) -> str:
@@ -68,7 +69,7 @@ def unit_table(rows: list[Row], buckets: list[str], where: str) -> Table:
     for row in sync:
         if row.collective.startswith("reduce_scatter"):
             scatters[(row.unit, row.bucket_mb)] = row
-    table = Table(title=f"{where} · per unit, p50 µs per step", title_justify="left", header_style="bold")
+    table = Table(title=f"{where} · per unit, p50 ms per step", title_justify="left", header_style="bold")
     for name in ("unit", "MiB", "elems/rank", "all-gather fwd", "all-gather bwd"):
         table.add_column(name, justify="left" if name == "unit" else "right")
     for bucket in buckets:
@@ -80,7 +81,7 @@ def unit_table(rows: list[Row], buckets: list[str], where: str) -> Table:
         size = forward[0].size_bytes if forward else 0
         cells = [unit, f"{size / 2**20:.2f}", str(forward[0].count_per_rank) if forward else "-"]
         for index, value in enumerate((_pooled_p50(forward), _pooled_p50(backward))):
-            cells.append(_us(value))
+            cells.append(_ms(value))
             totals[index] += value or 0.0
         for index, bucket in enumerate(buckets):
             cells.append(_scatter_cell(scatters.get((unit, bucket))))
@@ -92,7 +93,7 @@ def unit_table(rows: list[Row], buckets: list[str], where: str) -> Table:
             cells.append(_scatter_cell(scatters.get(("", bucket))))
             totals[2 + index] += _p50(scatters.get(("", bucket)))
         table.add_row(*cells)
-    table.add_row("total", "", "", *(_us(value) for value in totals), style="bold")
+    table.add_row("total", "", "", *(_ms(value) for value in totals), style="bold")
     return table
 
 
@@ -104,13 +105,13 @@ def _scatter_cell(row: Row | None) -> str:
     if row is None:
         return "-"
     calls = f" ({row.calls_per_step})" if row.calls_per_step and row.calls_per_step > 1 else ""
-    return f"{row.time_us_p50:.1f}{calls}"
+    return f"{_ms(row.time_us_p50)}{calls}"
 
 
 def step_table(rows: list[Row], buckets: list[str], where: str) -> Table:
     table = Table(title=f"{where} · time per step", title_justify="left", header_style="bold")
-    for name in ("bucketing", "collectives", "reduce-scatters", "step p50 µs", "p95 µs", "min µs", "max µs",
-                 "in collectives µs", "outside µs", "MiB moved", "algbw GB/s", ""):
+    for name in ("bucketing", "collectives", "reduce-scatters", "step p50 ms", "p95 ms", "min ms", "max ms",
+                 "in collectives ms", "outside ms", "MiB moved", "algbw GB/s", ""):
         table.add_column(name, justify="left" if name == "bucketing" else "right")
     best = _best(rows)
     for bucket in buckets:
@@ -120,10 +121,10 @@ def step_table(rows: list[Row], buckets: list[str], where: str) -> Table:
         collectives = _find(rows, bucket, "sync", "collectives")
         scatters = sum(row.calls_per_step or 0 for row in rows if row.bucket_mb == bucket
                        and row.mode == "sync" and row.collective.startswith("reduce_scatter"))
-        table.add_row(_bucket_name(bucket), str(step.calls_per_step), str(scatters), _us(step.time_us_p50),
-                      _us(step.time_us_p95), _us(step.time_us_min), _us(step.time_us_max),
-                      _us(None if collectives is None else collectives.time_us_p50),
-                      _us(_outside(step, collectives)), f"{step.size_bytes / 2**20:.1f}",
+        table.add_row(_bucket_name(bucket), str(step.calls_per_step), str(scatters), _ms(step.time_us_p50),
+                      _ms(step.time_us_p95), _ms(step.time_us_min), _ms(step.time_us_max),
+                      _ms(None if collectives is None else collectives.time_us_p50),
+                      _ms(_outside(step, collectives)), f"{step.size_bytes / 2**20:.1f}",
                       "-" if step.algbw_gbps is None else f"{step.algbw_gbps:.3f}",
                       "best" if best is not None and step is best and len(buckets) > 1 else "")
     return table
@@ -142,15 +143,15 @@ def overlap_table(rows: list[Row], buckets: list[str], where: str) -> Table | No
         return None
     table = Table(title=f"{where} · overlap (async collectives, a matmul per unit and pass)",
                   title_justify="left", header_style="bold")
-    for name in ("bucketing", "matmul N", "compute µs", "comm µs", "both µs", "overlap %"):
+    for name in ("bucketing", "matmul N", "compute ms", "comm ms", "both ms", "overlap %"):
         table.add_column(name, justify="left" if name == "bucketing" else "right")
     for bucket in buckets:
         comm, compute, both = (_find(rows, bucket, "async", phase)
                                for phase in ("comm", "compute", "comm+compute"))
         if None in (comm, compute, both):
             continue
-        table.add_row(_bucket_name(bucket), str(both.compute_size), _us(compute.time_us_p50),
-                      _us(comm.time_us_p50), _us(both.time_us_p50),
+        table.add_row(_bucket_name(bucket), str(both.compute_size), _ms(compute.time_us_p50),
+                      _ms(comm.time_us_p50), _ms(both.time_us_p50),
                       "-" if both.overlap_pct is None else f"{both.overlap_pct:.1f}")
     return table
 
@@ -173,5 +174,5 @@ def best_line(rows: list[Row]) -> str:
     best = min(steps, key=lambda row: row.time_us_p50)
     worst = max(steps, key=lambda row: row.time_us_p50)
     ratio = worst.time_us_p50 / best.time_us_p50 if best.time_us_p50 > 0 else float("inf")
-    return (f"best bucketing: {_bucket_name(best.bucket_mb)} ({best.time_us_p50:.1f} µs per step, p50); "
+    return (f"best bucketing: {_bucket_name(best.bucket_mb)} ({_ms(best.time_us_p50)} ms per step, p50); "
             f"the slowest, {_bucket_name(worst.bucket_mb)}, takes {ratio:.2f}x as long")

@@ -99,10 +99,6 @@ def annotate_row(row: Row, context: RowContext | None) -> Row:
     return replace(row, **columns) if columns else row
 
 
-def _reference(row: Row) -> float | None:
-    return row.expected_gbps if row.expected_gbps is not None else row.peak_gbps
-
-
 def judged_summary(rows: list[Row], judging: Judging) -> dict[str, Any]:
     """Counts of each verdict, rows without one, and the first FAIL, for the run's metadata."""
     counts = Counter(row.verdict for row in rows if row.verdict)
@@ -118,7 +114,7 @@ def judged_summary(rows: list[Row], judging: Judging) -> dict[str, Any]:
 
 
 def _describe_fail(row: Row, judging: Judging) -> str:
-    reference = _reference(row) or 0.0
+    reference = row.judged_against or 0.0
     what = "expected" if judging.baseline is not None else "peak"
     busbw = row.busbw_gbps or 0.0
     return (f"{describe_row(row)}: busbw {busbw:.4g} GB/s, {100 * busbw / reference:.1f}% "

@@ -52,9 +52,19 @@ def summary_lines(trace: Trace, plan: ReplayPlan, rows: list[Row]) -> list[str]:
         listed = ", ".join(f"{name} x{count}" for name, count in skipped.most_common())
         lines.append(f"not replayed: {listed}")
     lines.extend(trace.notes + plan.notes)
+    line = check_line(op_rows)
+    return lines + ([line] if line else [])
+
+
+def check_line(op_rows: list[Row]) -> str:
+    """'--check: 8 rows checked, every element right', or how many elements were wrong and where."""
     checked = [row for row in op_rows if row.wrong is not None]
-    if checked:
-        wrong = sum(row.wrong or 0 for row in checked)
-        failing = sum(1 for row in checked if row.wrong)
-        lines.append(f"--check: {wrong} wrong elements in {failing} of {len(checked)} rows checked")
-    return lines
+    if not checked:
+        return ""
+    wrong = sum(row.wrong or 0 for row in checked)
+    if not wrong:
+        return f"--check: {len(checked)} rows checked, every element right"
+    failing = [row for row in checked if row.wrong]
+    return (f"--check: {len(checked)} rows checked, {wrong} wrong elements in {len(failing)} of them "
+            f"(first: {failing[0].collective} {format_size(failing[0].size_bytes)} in {failing[0].group_name}"
+            f"{': ' + failing[0].first_wrong if failing[0].first_wrong else ''})")

@@ -114,6 +114,11 @@ class Row:
         if not self.impl:  # a file whose impl column is empty: torch.distributed's own call
             self.impl = "c10d"
 
+    @property
+    def judged_against(self) -> float | None:
+        """The busbw a verdict compares with: --expect's expected busbw, else the link's peak."""
+        return self.expected_gbps if self.expected_gbps is not None else self.peak_gbps
+
     def key(self) -> tuple:
         """What identifies the same measurement in another run (compare matches rows on it)."""
         return tuple(getattr(self, name) for name in KEY_FIELDS)

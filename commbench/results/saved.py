@@ -116,12 +116,29 @@ def _read_csv(path: Path) -> SavedRun:
     return SavedRun(meta=meta, rows=rows, path=path)
 
 
+def run_file(directory: Path) -> Path:
+    """The results.json a directory stands for: its own (a run directory), or that of the one run
+    directory under it (an --output-dir that holds one run). UsageError when it holds none or several."""
+    own = directory / "results.json"
+    if own.exists():
+        return own
+    found = sorted(directory.glob("*/results.json"))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise UsageError(f"{directory}: no results.json in it or in a run directory under it")
+    names = ", ".join(path.parent.name for path in found[:3]) + (", ..." if len(found) > 3 else "")
+    raise UsageError(f"{directory} holds {len(found)} runs ({names}): name one, or give the glob "
+                     f"'{directory / '*' / 'results.json'}' for all of them")
+
+
 def load_run(path: str | Path) -> SavedRun:
     """Read one run saved by commbench (any version, any machine): a results.json, a results.csv (rows
-    only; the metadata comes from the JSON of the same name beside it, if any) or a run directory."""
+    only; the metadata comes from the JSON of the same name beside it, if any), a run directory, or an
+    output directory holding one run directory."""
     path = Path(path)
     if path.is_dir():
-        path = path / "results.json"
+        path = run_file(path)
     kind = "results.csv" if path.suffix.lower() == ".csv" else "results.json"
     try:
         return _read_csv(path) if kind == "results.csv" else _read_json(path)

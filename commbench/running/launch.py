@@ -10,7 +10,6 @@ which import torch themselves (seconds each).
 import importlib
 import os
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.errors import UsageError
 from commbench.running.launcher import detect
 from commbench.running.spawn import spawn_local
+from commbench.writers.paths import check_directory, check_file, held_files
 
 if TYPE_CHECKING:
     from commbench.running.rank import Work
@@ -58,12 +58,22 @@ def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, 
         check_local_launch(benchmarks)
         check_output_location(setup)
         announce_local_ranks(setup)
-        return spawn_local(setup.argv, setup.nproc)
+        with held_files(exact_files(setup)):  # the spawner holds them for its ranks (launcher "local")
+            return spawn_local(setup.argv, setup.nproc)
     if info.rank == 0:
         check_output_location(setup)
     from commbench.running.rank import run_rank
 
-    return run_rank(list(benchmarks), info, environ, work)
+    holds = info.rank == 0 and info.launcher != "local"
+    with held_files(exact_files(setup) if holds else []):
+        return run_rank(list(benchmarks), info, environ, work)
+
+
+def exact_files(setup: LaunchConfig) -> list[tuple[str, Path]]:
+    """The result files named exactly (--csv, --json), which another run may be given too; a run
+    directory's name is new for every run."""
+    return [(flag, Path(path)) for flag, path in (("--csv", setup.csv_path), ("--json", setup.json_path))
+            if path]
 
 
 def announce_local_ranks(setup: LaunchConfig) -> None:
@@ -82,23 +92,11 @@ def announce_local_ranks(setup: LaunchConfig) -> None:
 
 def check_output_location(setup: LaunchConfig) -> None:
     """UsageError, before any rank starts, when the results cannot be written where asked."""
-    exact = (("--csv", setup.csv_path), ("--json", setup.json_path))
-    files = [(flag, Path(path)) for flag, path in exact if path]
-    for flag, path in files:
-        if path.is_dir():
-            raise UsageError(f"{flag} {path} is a directory: give the file to write")
-    directories = [(flag, path.parent) for flag, path in files]
-    if len(files) < 2:  # a file not given exactly goes under --output-dir
-        directories.append(("--output-dir", Path(setup.output_dir)))
-    for flag, directory in directories:
-        if directory.exists() and not directory.is_dir():
-            raise UsageError(f"{flag}: {directory} is a file, not a directory")
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=directory):
-                pass
-        except OSError as exc:
-            raise UsageError(f"{flag}: cannot write results in {directory}: {exc.strerror or exc}") from None
+    exact = exact_files(setup)
+    for flag, path in exact:
+        check_file(flag, path)
+    if len(exact) < 2:  # a file not given exactly goes under --output-dir
+        check_directory("--output-dir", Path(setup.output_dir))
 
 
 def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -> int:

@@ -57,7 +57,9 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
         rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
                     "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                     LAUNCHER_ENV: "local"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "commbench", *argv], env=rank_env,
+        # -P: the working directory stays off the import path, so a folder there named commbench (the
+        # checkout, seen from the directory above it) cannot hide the installed package.
+        procs.append(subprocess.Popen([sys.executable, "-P", "-m", "commbench", *argv], env=rank_env,
                                       process_group=0, preexec_fn=_die_with_parent))
 
     received: list[int] = []

@@ -1,5 +1,5 @@
 """Console output on rank 0: a header line, then one rich table per collective x dtype x op, with the
-α-β fit under it. With several modes the table puts them side by side, a row per size.
+α-β fit under it. A row per size and mode: several modes stack, so a table fits 100 columns.
 
 TextTable is the one table model: the console renders it with rich, compare also as Markdown, report as
 HTML. (The nccl-tests and JSON-lines console formats are in formats.py.)
@@ -64,17 +64,26 @@ class TextTable:
     footer: list[str] = field(default_factory=list)  # lines under the table (the α-β fit, ...)
 
 
-def rich_table(table: TextTable) -> Table:
+def rich_table(table: TextTable, narrow: bool = False) -> Table:
+    """The table for rich; ``narrow``: each column only as wide as its longest cell or heading word, the
+    headings wrapping at their spaces, so no cell is cut where the full headings would not fit."""
     shown = Table(title=escape(table.title), title_justify="left", header_style="bold")
     for index, column in enumerate(table.columns):
-        shown.add_column(escape(column), justify="left" if index < table.left_columns else "right")
+        widest = max([len(cells[index]) for cells in table.rows if index < len(cells)]
+                     + [len(word) for word in column.split()], default=1)
+        shown.add_column(escape(column), justify="left" if index < table.left_columns else "right",
+                         width=widest if narrow else None)
     for cells in table.rows:
         shown.add_row(*(escape(cell) for cell in cells))
     return shown
 
 
 def print_table(console: Console, table: TextTable) -> None:
-    console.print(rich_table(table))
+    shown = rich_table(table)
+    unbounded = console.options.update_width(1_000_000)  # measure() stops at the console's width
+    if console.measure(shown, options=unbounded).maximum > console.width:
+        shown = rich_table(table, narrow=True)
+    console.print(shown)
     for line in table.footer:
         console.print(escape(line))
 
@@ -102,50 +111,101 @@ def group_title(row: Row) -> str:
     return " · ".join(parts)
 
 
+@dataclass(frozen=True)
+class RowColumn:
+    """A column of a run table: its heading and its cell for a row."""
+
+    heading: str
+    cell: Callable[[Row], str]
+
+
+def _has_spread(row: Row) -> bool:
+    """More than one timing sample: p50, its interval, p95, min and max differ (one async window: not)."""
+    return max(row.samples, len(row.samples_us)) > 1
+
+
+def _time(value: float | None) -> str:
+    """µs to 0.1 below a millisecond, whole µs above: a tenth of a µs on milliseconds is noise."""
+    return "-" if value is None else f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _bandwidth(value: float | None) -> str:
+    """GB/s to four significant digits from 1 GB/s (0.001 below): 412.3, 41.23, 4.123, 0.412."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 10 else f"{value:.3f}"
+
+
+def _spread_time(field_name: str) -> Callable[[Row], str]:
+    return lambda row: _time(getattr(row, field_name)) if _has_spread(row) else "-"
+
+
+def _interval(row: Row) -> str:
+    return "-" if row.ci95_rel is None or not _has_spread(row) else f"{100 * row.ci95_rel:.1f}%"
+
+
+# Label columns shown only when the table's rows differ in them: each stacks its values as rows of
+# their own under the size (sync above async), so several modes never double the table's width.
+VARYING_LABELS = [RowColumn("mode", lambda row: row.mode)]
+SIZE_LABELS = [RowColumn("size", lambda row: format_size(row.size_bytes)),
+               RowColumn("elems per rank", lambda row: str(row.count_per_rank))]
+SPREAD_TIMES = [RowColumn("p50 µs", lambda row: _time(row.time_us_p50)), RowColumn("±95%", _interval),
+                RowColumn("p95 µs", _spread_time("time_us_p95")),
+                RowColumn("min µs", _spread_time("time_us_min")),
+                RowColumn("max µs", _spread_time("time_us_max"))]
+ONE_TIME = [RowColumn("µs/op", lambda row: _time(row.time_us_p50))]
+BANDWIDTHS = [RowColumn("algbw GB/s", lambda row: _bandwidth(row.algbw_gbps)),
+              RowColumn("busbw GB/s", lambda row: _bandwidth(row.busbw_gbps))]
+WRONG = RowColumn("wrong", lambda row: "-" if row.wrong is None else str(row.wrong))
+
+
+def _verdict(row: Row) -> str:
+    """'PASS 97%': --expect's (or --fail-below's) verdict and busbw as a percentage of what it was judged
+    against."""
+    if not row.verdict:
+        return "-"
+    reference = row.judged_against
+    percent = f" {100 * row.busbw_gbps / reference:.0f}%" if reference and row.busbw_gbps is not None else ""
+    return row.verdict + percent
+
+
+VERDICT = RowColumn("verdict", _verdict)
+ERROR = RowColumn("error", lambda row: row.error)
+
+
+def run_columns(rows: list[Row]) -> list[RowColumn]:
+    """The columns a table of these rows shows: what varies among them, the times (five with several
+    samples, one without), the bandwidths, and --check's, --expect's and the backend's verdicts when any
+    row has one."""
+    columns = [*SIZE_LABELS, *(column for column in VARYING_LABELS
+                               if len({column.cell(row) for row in rows}) > 1)]
+    columns += SPREAD_TIMES if any(_has_spread(row) for row in rows) else ONE_TIME
+    columns += BANDWIDTHS
+    columns += [WRONG] if any(row.wrong is not None for row in rows) else []
+    columns += [VERDICT] if any(row.verdict for row in rows) else []
+    columns += [ERROR] if any(row.error for row in rows) else []
+    return columns
+
+
 def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
-    """One table for rows of a single collective, dtype, op and placement, any number of modes side by
-    side. With --check each mode gets a ``wrong`` column (wrong elements over all ranks); rows the
-    backend rejected show ``-`` for their numbers and the reason in an ``error`` column."""
+    """One table for rows of a single collective, dtype, op and placement: a row per size and mode, the
+    modes of a size one above the other (its size written once), so it fits 100 columns whatever is
+    measured. With --check a ``wrong`` column (wrong elements over all ranks); rows the backend rejected
+    show ``-`` for their numbers and the reason in an ``error`` column."""
     rows = list(rows)
-    modes = list(dict.fromkeys(row.mode for row in rows))
-    columns = ["size", "elems/rank"]
-    # A mode measured with one sample per size (one async window) shows one time, not four equal ones.
-    spread = {mode: any(len(row.samples_us) > 1 for row in rows if row.mode == mode) for mode in modes}
-    checked = {mode: any(row.wrong is not None for row in rows if row.mode == mode) for mode in modes}
-    for mode in modes:
-        prefix = f"{mode} " if len(modes) > 1 else ""
-        times = ("p50 µs", "±95%", "p95 µs", "min µs", "max µs") if spread[mode] else ("µs/op",)
-        columns.extend(prefix + name for name in (*times, "algbw GB/s", "busbw GB/s",
-                                                  *(("wrong",) if checked[mode] else ())))
-    errors = any(row.error for row in rows)
-    if errors:
-        columns.append("error")
-    by_size: dict[int, dict[str, Row]] = {}
+    columns = run_columns(rows)
+    varying = [column for column in columns if column in VARYING_LABELS]
+    seen = {column.heading: list(dict.fromkeys(column.cell(row) for row in rows)) for column in varying}
+    by_size: dict[int, list[Row]] = {}
     for row in rows:
-        by_size.setdefault(row.size_bytes, {})[row.mode] = row
-    cells_by_size = []
-    for size, per_mode in by_size.items():
-        cells = [format_size(size), str(next(iter(per_mode.values())).count_per_rank)]
-        for mode in modes:
-            row = per_mode.get(mode)
-            if row is None:
-                cells.extend(["-"] * ((7 if spread[mode] else 3) + checked[mode]))
-                continue
-            if spread[mode]:
-                interval = "-" if row.ci95_rel is None else f"{100 * row.ci95_rel:.1f}%"
-                cells.extend([_number(row.time_us_p50, 1), interval, _number(row.time_us_p95, 1),
-                              _number(row.time_us_min, 1), _number(row.time_us_max, 1)])
-            else:
-                cells.append(_number(row.time_us_p50, 1))
-            cells.extend([_number(row.algbw_gbps, 3), _number(row.busbw_gbps, 3)])
-            if checked[mode]:
-                cells.append("-" if row.wrong is None else str(row.wrong))
-        if errors:
-            cells.append(next((row.error for row in per_mode.values() if row.error), ""))
-        cells_by_size.append(cells)
-    fits = list(fits)
-    footer = [fit_line(fit, with_mode=len(modes) > 1) for fit in fits]
-    return TextTable(group_title(rows[0]), columns, cells_by_size, footer=footer)
+        by_size.setdefault(row.size_bytes, []).append(row)
+    cells: list[list[str]] = []
+    for size_rows in by_size.values():
+        size_rows.sort(key=lambda row: [seen[column.heading].index(column.cell(row)) for column in varying])
+        for index, row in enumerate(size_rows):
+            cells.append(["" if index and column in SIZE_LABELS else column.cell(row) for column in columns])
+    footer = [fit_line(fit, with_mode=len({row.mode for row in rows}) > 1) for fit in fits]
+    return TextTable(group_title(rows[0]), [column.heading for column in columns], cells, footer=footer)
 
 
 def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int, int]) -> Table:
