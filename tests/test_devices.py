@@ -12,12 +12,14 @@ from commbench.backends.torch_dist import barrier_device
 from commbench.core.devices import (
     cpu_budget,
     cuda_budget,
+    cuda_ruled_out,
     device_index,
     duplicate_devices,
     local_rank_among,
     local_rank_from,
     mem_available,
     physical_device,
+    torch_build,
 )
 from commbench.errors import UsageError
 from commbench.running.launcher import detect
@@ -154,3 +156,34 @@ def test_available_memory_from_meminfo_and_the_budgets_made_of_it():
     assert cpu_budget(None, 2) is None
     gpu = cuda_budget(80 * 1024**3)
     assert gpu.limit == int(80 * 1024**3 * 0.9) and "cudaMemGetInfo" in gpu.describe()
+
+
+CPU_BUILD = {"cuda": None, "hip": None}
+CUDA_BUILD = {"cuda": "13.0", "hip": None}
+ROCM_BUILD = {"cuda": None, "hip": "6.4"}
+HIDES = "hides every GPU"
+
+
+def _exists(*paths: str):
+    return lambda path: path in paths
+
+
+@pytest.mark.parametrize("environ, build, present, ruled_out", [
+    ({}, CPU_BUILD, (), "torch is a CPU-only build"),
+    ({}, CPU_BUILD, ("/dev/nvidiactl",), "torch is a CPU-only build"),
+    ({}, CUDA_BUILD, (), "no NVIDIA driver on this machine"),
+    ({"CUDA_VISIBLE_DEVICES": ""}, CUDA_BUILD, ("/dev/nvidiactl",), f"CUDA_VISIBLE_DEVICES='' {HIDES}"),
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, CUDA_BUILD, ("/dev/nvidia0",), f"CUDA_VISIBLE_DEVICES='-1' {HIDES}"),
+    ({"CUDA_VISIBLE_DEVICES": "-1,0"}, CUDA_BUILD, ("/dev/nvidia0",), f"CUDA_VISIBLE_DEVICES='-1,0' {HIDES}"),
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, CUDA_BUILD, ("/dev/nvidia0",), None),
+    ({}, CUDA_BUILD, ("/proc/driver/nvidia/version",), None),
+    ({}, CUDA_BUILD, ("/dev/dxg",), None),  # WSL: torch is asked
+    ({}, ROCM_BUILD, (), None),  # ROCm's devices are torch's to count
+    ({}, None, (), None),  # a torch whose version.py cannot be read: torch is asked
+])
+def test_cuda_is_ruled_out_without_torch_only_when_torch_would_say_no(environ, build, present, ruled_out):
+    assert cuda_ruled_out(environ, build, _exists(*present)) == ruled_out
+
+
+def test_the_installed_torchs_build_is_read_from_its_version_file_as_torch_says():
+    assert torch_build() == {"cuda": torch.version.cuda, "hip": torch.version.hip}

@@ -7,10 +7,11 @@ offers ``check_world`` for the checks that need the world size (``Benchmark``). 
 does not import torch; only resolving the backend and device does.
 """
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Protocol
 
-from commbench.core.devices import torch_is_cpu_only_build
+from commbench.core.devices import cuda_ruled_out, torch_build
 from commbench.core.groups import check_group_options
 from commbench.errors import UsageError, did_you_mean
 from commbench.provenance.baselines import check_judging
@@ -92,7 +93,8 @@ def resolve_backend_and_device(backend: str | None, device: str | None) -> tuple
                          f"choose from {', '.join(BACKENDS)}")
     if device is not None and device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; choose cpu or cuda")
-    if backend in (None, "gloo") and device in (None, "cpu") and torch_is_cpu_only_build():
+    if backend in (None, "gloo") and device in (None, "cpu") and \
+            cuda_ruled_out(os.environ, torch_build(), os.path.exists) is not None:
         return "gloo", "cpu"  # what torch would answer, known without importing it (seconds)
     import torch
     import torch.distributed as dist

@@ -173,22 +173,45 @@ def approximate_bytes(num_bytes: int) -> str:
     return f"{num_bytes} B"
 
 
-def torch_is_cpu_only_build() -> bool:
-    """Whether the installed torch was built without CUDA and ROCm, read from its ``version.py``
-    (``cuda`` and ``hip`` both None) without importing torch, which takes seconds. False whenever that
-    cannot be told for certain (no such file, a form it does not expect): the caller then asks torch."""
+def torch_build() -> dict[str, object] | None:
+    """The installed torch's ``cuda`` and ``hip`` versions (None: built without it), read from its
+    ``version.py`` without importing torch, which takes seconds; None whenever that cannot be told for
+    certain (no such file, a form it does not expect): the caller then asks torch."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
-        return False
+        return None
     found: dict[str, object] = {}
     for location in spec.submodule_search_locations:
         try:
             tree = ast.parse(Path(location, "version.py").read_text())
         except (OSError, SyntaxError, ValueError):
-            return False
+            return None
         for node in tree.body:
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
                 node.target if isinstance(node, ast.AnnAssign) else None
             if isinstance(target, ast.Name) and target.id in ("cuda", "hip") and node.value is not None:
                 found[target.id] = node.value.value if isinstance(node.value, ast.Constant) else node.value
-    return found.get("cuda", "absent") is None and found.get("hip", "absent") is None
+    return found if {"cuda", "hip"} <= set(found) else None
+
+
+# Where the NVIDIA driver shows itself: a machine with none of these has no GPU CUDA can use (WSL's
+# GPU is /dev/dxg).
+NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def cuda_ruled_out(environ: Mapping[str, str], build: dict[str, object] | None,
+                   exists: Callable[[str], bool]) -> str | None:
+    """Why torch.cuda.is_available() is certainly False here, told without importing torch (a CUDA
+    build imports in seconds, and a launcher that only spawns ranks never needs it); None when it may be
+    True, and torch must be asked. ``build`` is torch_build()'s answer; ``exists`` tells whether a path
+    exists. A ROCm build is always asked."""
+    if build is None or build["hip"] is not None:
+        return None
+    if build["cuda"] is None:
+        return "torch is a CPU-only build"
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.split(",")[0].strip() == "-1"):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"  # what the CUDA runtime then counts
+    if not any(exists(path) for path in NVIDIA_DRIVER_PATHS):
+        return "no NVIDIA driver on this machine"
+    return None
