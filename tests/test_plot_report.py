@@ -99,8 +99,10 @@ def test_runs_are_labelled_by_what_differs_between_them(six_collective_runs):
     runs[0].meta["started_at"] = "2026-01-05T10:00:00+00:00"
     runs[1].meta["started_at"] = "2026-01-05T10:00:07+00:00"
     assert run_labels(runs) == ["10:00:00", "10:00:07"]  # one day: the time, to the second needed
-    runs[1].meta.update(hostnames=["node7", "node7"], backend="nccl", versions={"nccl": "2.21.5"},
-                        started_at="2026-01-06T09:00:00+00:00")
+    # NCCL's version is added to what the run recorded (a CUDA build of torch records CUDA's too, the
+    # same in both runs, so it names neither)
+    runs[1].meta.update(hostnames=["node7", "node7"], backend="nccl", started_at="2026-01-06T09:00:00+00:00",
+                        versions={**(runs[1].meta.get("versions") or {}), "nccl": "2.21.5"})
     assert run_labels(runs) == [f"{host}, gloo, 2026-01-05", "node7, nccl, NCCL 2.21.5, 2026-01-06"]
     runs[1].meta = dict(runs[0].meta)
     assert run_labels(runs) == ["six_a.json", "six_b.json"]  # nothing recorded differs: the files do

@@ -96,8 +96,10 @@ def test_bench_sweep_compares_adaptive_and_fixed_at_every_size():
 def test_gpu_check_is_valid_bash_and_on_cpu_runs_its_cpu_parts_and_skips_the_rest(tmp_path):
     script = str(ROOT / "scripts" / "gpu_check.sh")
     assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0
+    # the interpreter running the suite, whichever `python` the PATH has (a venv not activated)
+    env = {**launcherless_env(), "PYTHON": sys.executable}
     done = subprocess.run(["bash", script, str(tmp_path / "out")], capture_output=True, text=True,
-                          timeout=240, cwd=ROOT, env=launcherless_env(), stdin=subprocess.DEVNULL)
+                          timeout=240, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "no CUDA device: running the CPU-checkable steps only" in out
