@@ -69,7 +69,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                       "--skew-threshold", "50", "--format", "nccl-tests",
                       "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
                       "--p2p-window", "4", "--premul-factor", "0.25", "--duration", "1h", "--repeat", "1",
-                      "--nccl-debug", "--expect", str(floor), "--fail-below", "1")
+                      "--nccl-debug", "--expect", str(floor), "--fail-below", "1",
+                      "--impl", "c10d", "--profile-kernels")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     meta = json.loads(json_path.read_text())["meta"]
@@ -90,6 +91,7 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert (config["splits"], config["p2p_window"], config["premul_factor"]) == ("spread:0.25", 4, 0.25)
     assert (config["nccl_debug"], config["expect"], config["fail_below"]) == (True, str(floor), 1.0)
     assert (config["duration_s"], config["passes"]) == (3600.0, 1)  # one pass: --repeat bounds the soak
+    assert config["impls"] == ["c10d"] and config["profile_kernels"] is True
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
     rows = json.loads(json_path.read_text())["rows"]
     assert [(row["placement"], row["wrong"]) for row in rows] == [("in-place", 0), ("in-place", 0)]
@@ -106,7 +108,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                  "--max-memory", "--group-size", "--group-layout", "--per-rank", "--skew-threshold",
                  "--groups", "--config", "--format",
                  "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor",
-                 "--nccl-debug", "--expect", "--fail-below", "--duration", "--repeat"}
+                 "--nccl-debug", "--expect", "--fail-below", "--duration", "--repeat", "--impl",
+                 "--profile-kernels"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
 
@@ -225,13 +228,15 @@ def test_every_replay_option_reaches_commbench_through_torchrun(tmp_path, record
 
 @pytest.mark.processes
 def test_torchrun_s_own_option_after_dash_m_commbench_is_told_to_go_before_it(tmp_path):
-    """The hint is one torchrun accepts: not --nproc, which torchrun rejects as an ambiguous prefix."""
+    """The hint is one torchrun accepts: not --nproc, which torchrun rejects as an ambiguous prefix. Every
+    rank parses the same command line, and only rank 0 says what is wrong with it (before, each rank did,
+    unless torchrun had stopped the other first: one line or two, by chance)."""
     result = torchrun(2, "--nproc-per-node", "2", "--sizes", "1K", "--output-dir", str(tmp_path))
     assert result.returncode != 0 and "Did you mean" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
     assert lines == ["commbench: error: --nproc-per-node is torchrun's option, not commbench's: give it "
                      "before -m commbench, as in `torchrun --nproc-per-node ... -m commbench ...` (without a "
-                     "launcher, commbench spawns --nproc local ranks)"] * 2
+                     "launcher, commbench spawns --nproc local ranks)"]  # said by rank 0 alone
     assert not list(tmp_path.iterdir())
 
 

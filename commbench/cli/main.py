@@ -6,6 +6,7 @@ register (how fabric's, the patterns' and replay's rows show; results/kinds.py),
 report and compare find them without importing a feature.
 """
 
+import os
 import sys
 
 import click
@@ -21,6 +22,7 @@ from commbench.fabric.kind import FABRIC
 from commbench.patterns.commands import pattern_group
 from commbench.patterns.kind import PATTERN_KINDS
 from commbench.replay.kind import REPLAY
+from commbench.running.launcher import detect
 
 BUILTIN_KINDS = (FABRIC, *PATTERN_KINDS, REPLAY)
 
@@ -73,6 +75,16 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _rank_behind_rank_0() -> bool:
+    """Whether a launcher started this process as a rank other than 0. Every rank parses the same
+    command line, so a mistake in it is said once, by rank 0 (or by the only process)."""
+    try:
+        info = detect(os.environ)
+    except UsageError:
+        return False
+    return info is not None and info.rank != 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: returns the exit status (0 ok, 1 failed run, 2 bad input, 128+N on signal N)."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -81,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     except click.NoSuchOption as exc:
         known = exc.option_name in TORCHRUN_OPTIONS
         text = launcher_option_text(exc.option_name) if known else exc.format_message()
-        print(f"commbench: error: {_one_line(text)}", file=sys.stderr)
+        if not _rank_behind_rank_0():
+            print(f"commbench: error: {_one_line(text)}", file=sys.stderr)
         return 2
     except click.ClickException as exc:
-        print(f"commbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        if not _rank_behind_rank_0():
+            print(f"commbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
         return 2
     except UsageError as exc:
         print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
