@@ -71,13 +71,16 @@ def _check_group_sizes(trace: Trace) -> None:
                                  "is missing")
 
 
-def _members_ops(trace: Trace, group: str) -> dict[int, dict[int, RecordedOp]]:
-    """Member rank -> seq -> its collective on ``group``."""
-    found: dict[int, dict[int, RecordedOp]] = {rank: {} for rank in trace.groups[group].ranks}
+def _collectives_by_group(trace: Trace) -> dict[str, dict[int, dict[int, RecordedOp]]]:
+    """Group -> member rank -> seq -> its collective on that group, in one pass over every operation
+    (a pass per group would be quadratic in a large job's ranks: it has groups in proportion to them)."""
+    found: dict[str, dict[int, dict[int, RecordedOp]]] = {
+        name: {rank: {} for rank in group.ranks} for name, group in trace.groups.items()}
     for rank, ops in trace.ops.items():
         for op in ops:
-            if op.group == group and op.name not in P2P_OPS and rank in found:
-                found[rank][op.seq] = op
+            members = found.get(op.group)
+            if op.name not in P2P_OPS and members is not None and rank in members:
+                members[rank][op.seq] = op
     return found
 
 
@@ -130,8 +133,9 @@ def _align_groups(trace: Trace) -> Trace:
     dropped: dict[str, int] = {}
     kept_keys: set[tuple[int, str, int]] = set()
     roots: dict[tuple[str, int], int] = {}
+    by_group = _collectives_by_group(trace)
     for name, group in trace.groups.items():
-        by_member = _members_ops(trace, name)
+        by_member = by_group[name]
         seqs = [set(ops) for ops in by_member.values()]
         if not any(seqs):
             continue
