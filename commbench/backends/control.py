@@ -13,6 +13,7 @@ Invariants:
 import pickle
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -42,6 +43,11 @@ class ControlGroup:
         """Every rank's list of floats (all of one length), by rank."""
         local = torch.tensor(values, dtype=torch.float64)
         return [gathered.tolist() for gathered in self._all_gather(local)]
+
+    def all_gather_array(self, values: list[float]) -> np.ndarray:
+        """Every rank's floats (all of one length) as one float64 array, [rank][value]."""
+        local = torch.tensor(values, dtype=torch.float64)
+        return torch.stack(self._all_gather(local)).numpy()
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         payload = _as_bytes(obj)
