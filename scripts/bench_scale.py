@@ -89,25 +89,24 @@ class ControlCounter:
     def install(self) -> None:
         from commbench.backends.control import ControlGroup
 
-        gather, broadcast, barrier = ControlGroup._all_gather, ControlGroup._broadcast, ControlGroup.barrier
+        originals = {name: getattr(ControlGroup, name)
+                     for name in ("all_gather_array", "_all_gather", "_broadcast", "barrier")}
         counter = self
 
-        def counted_gather(group, local):
-            counter.calls["all_gather"] += 1
-            counter.payload["all_gather"] += local.nbytes
-            return gather(group, local)
+        def counted(name: str, kind: str, payload):
+            def wrapper(group, *args):
+                counter.calls[kind] += 1
+                if payload is not None:
+                    counter.payload[kind] += payload(*args)
+                return originals[name](group, *args)
+            return wrapper
 
-        def counted_broadcast(group, tensor, root):
-            counter.calls["broadcast"] += 1
-            counter.payload["broadcast"] += tensor.nbytes
-            return broadcast(group, tensor, root)
-
-        def counted_barrier(group):
-            counter.calls["barrier"] += 1
-            return barrier(group)
-
-        ControlGroup._all_gather, ControlGroup._broadcast, ControlGroup.barrier = (
-            counted_gather, counted_broadcast, counted_barrier)
+        # floats are gathered by all_gather_array, objects by _all_gather (after their sizes)
+        ControlGroup.all_gather_array = counted("all_gather_array", "all_gather",
+                                                lambda values: 8 * len(values))
+        ControlGroup._all_gather = counted("_all_gather", "all_gather", lambda local: local.nbytes)
+        ControlGroup._broadcast = counted("_broadcast", "broadcast", lambda tensor, root: tensor.nbytes)
+        ControlGroup.barrier = counted("barrier", "barrier", None)
 
 
 def _timed(module, name: str, totals: dict[str, float]) -> None:
@@ -134,13 +133,15 @@ def _warm() -> None:
 
 
 def step_sweep(world: int, workdir: Path, args: argparse.Namespace) -> dict:
-    """Rank 0 of a sweep of all_reduce at world size N (fake backend), --iters S: seconds per size,
-    split into control (gathers, broadcasts, barriers on the fake group: the Python side of them), row
-    building, files and console, and the rest (the timed loop of fake ops, buffers, planning)."""
+    """Rank 0 of a sweep of all_reduce at world size N (fake backend), --iters S: seconds per size
+    besides the loops that issue the (fake) ops, which time the network on a real run; split into
+    control (gathers, broadcasts, barriers on the fake group: the Python side of them and the fake
+    all_gather's copies), row building, files and console, and the rest (buffers, planning)."""
     from commbench.backends import torch_dist
     from commbench.config.sweep import resolve, run_config
     from commbench.core.groups import Membership, world_plan
     from commbench.core.sizes import parse_sizes
+    from commbench.measure import sampling
     from commbench.running import recording, runner
 
     _warm()
@@ -154,9 +155,15 @@ def step_sweep(world: int, workdir: Path, args: argparse.Namespace) -> dict:
     counter = ControlCounter()
     counter.install()
     parts: dict[str, float] = {}
-    for name in ("all_gather_floats", "all_gather_object", "broadcast_object", "barrier"):
+    control_calls = ("all_gather_floats", "all_gather_array", "all_gather_object", "broadcast_object",
+                     "barrier")
+    for name in control_calls:
         _timed(torch_dist.TorchDistBackend, name, parts)
     _timed(runner, "make_row", parts)
+    for name in ("time_sync", "time_async"):
+        _timed(sampling, name, parts)
+    for name in ("warm_up", "_probe"):
+        _timed(runner, name, parts)
     _timed(recording.Recording, "row", parts)
     _timed(recording.Recording, "table_done", parts)
     sizes = len(config.sizes)
@@ -169,10 +176,11 @@ def step_sweep(world: int, workdir: Path, args: argparse.Namespace) -> dict:
         return {}
 
     result = measured(sweep)
-    control = sum(parts.get(name, 0.0) for name in ("all_gather_floats", "all_gather_object",
-                                                     "broadcast_object", "barrier"))
+    control = sum(parts.get(name, 0.0) for name in control_calls)
     table = parts.get("table_done", 0.0)
-    return {**result, "per_size_s": (result["seconds"] - table) / sizes, "table_s": table, "sizes": sizes,
+    loops = sum(parts.get(name, 0.0) for name in ("time_sync", "time_async", "warm_up", "_probe"))
+    return {**result, "per_size_s": (result["seconds"] - table - loops) / sizes, "loops_s": loops / sizes,
+            "table_s": table, "sizes": sizes,
             "control_s": control / sizes, "rows_s": parts.get("make_row", 0.0) / sizes,
             "files_console_s": parts.get("row", 0.0) / sizes,
             "calls": {kind: count / sizes for kind, count in counter.calls.items()},
@@ -432,7 +440,8 @@ def describe_extra(name: str, result: dict) -> str:
         calls, payload = result["calls"], result["payload"]
         return (f"  per size {result['per_size_s']:.3f} s (control {result['control_s']:.3f} s, rows "
                 f"{result['rows_s']:.3f} s, files and console {result['files_console_s']:.3f} s), at the "
-                f"table's end {result['table_s']:.3f} s; control per size: {calls['all_gather']:g} "
+                f"table's end {result['table_s']:.3f} s; the fake ops' loops {result['loops_s']:.3f} s "
+                f"per size besides; control per size: {calls['all_gather']:g} "
                 f"all_gathers ({payload['all_gather']:.0f} B from each rank), {calls['broadcast']:g} "
                 f"broadcasts, {calls['barrier']:g} barriers; results.json "
                 f"{result['json_bytes'] / 2**20:.2f} MiB, results.csv {result['csv_bytes'] / 2**20:.3f} MiB")

@@ -100,7 +100,8 @@ def kill(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     runs = commands.add_parser("sweep", help="the same small sweep on many local ranks, again and again")
     runs.add_argument("--nproc", type=int, default=32)

@@ -146,10 +146,13 @@ def arrival_skews(arrivals_per_rank: PerRank, groups: list[list[int]] | None = N
     a skew near 0.
     """
     arrivals = _matrix(arrivals_per_rank)
+    if not groups or len(groups) == 1 and len(groups[0]) == len(arrivals):
+        groups = [list(range(len(arrivals)))]
     skews = np.zeros(len(arrivals))
-    for ranks in groups or [list(range(len(arrivals)))]:
-        members = arrivals[list(ranks)]
-        skews[list(ranks)] = (members.max(axis=0) - members).mean(axis=1)
+    for ranks in groups:
+        members = arrivals if len(ranks) == len(arrivals) else arrivals[list(ranks)]
+        # the mean of (latest - own) over samples, as the mean of the latest less the rank's own mean
+        skews[list(ranks)] = members.max(axis=0).mean() - members.mean(axis=1)
     return skews.tolist()
 
 
