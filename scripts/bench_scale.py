@@ -266,23 +266,53 @@ def step_fabric_round(world: int, workdir: Path, args: argparse.Namespace) -> di
 
 
 def _fabric_rows(world: int, sample: int | None) -> tuple[list, list[str]]:
-    """A whole pass's rows as fabric builds them, the rounds of ``sample`` (None: every pair)."""
-    from commbench.fabric.measure import round_rows
+    """A whole pass's rows as a saved fabric run holds them (four per pair: bandwidth and latency, each
+    way, with their samples), the rounds of ``sample`` (None: every pair). Built as Rows straight away:
+    fabric's own row building, 2N(N-1) make_row calls, is measured per round by its own step and would
+    take most of this script's time at 1,024 ranks. Host node0001 is slow, so there is a suspect."""
+    from commbench.fabric.config import FabricConfig
+    from commbench.fabric.measure import phase_iters
     from commbench.fabric.schedule import make_schedule
+    from commbench.results.model import Row
 
-    ctx = _fabric_context(world, _fake_backend(world))
+    names = hostnames(world)
+    config = FabricConfig()
+    counts = phase_iters(config)
     rows = []
-    for index, one in enumerate(make_schedule(ctx.hostnames, sample).rounds):
-        rows.extend(round_rows(ctx, one, _round_times(world, index), ctx.phase))
-    return rows, ctx.hostnames
+    common = dict(backend="gloo", device="cpu", world_size=world, dtype="uint8", mode="sync", op="",
+                  warmup=config.warmup, busbw_factor=1.0, pattern="fabric", phase="concurrent")
+    for index, one in enumerate(make_schedule(names, sample).rounds):
+        for first, second in one.pairs:
+            slow = 4.0 if "node0001" in (names[first], names[second]) else 1.0
+            for phase, (src, dst) in enumerate(((first, second), (second, first)) * 2):
+                jitter = 1 + 0.01 * ((src * 7 + dst * 3 + index) % 11)
+                p50 = (2700.0 if phase < 2 else 12.0) * slow * jitter
+                samples = [round(p50 * (1 + 0.001 * k), 3) for k in range(counts[phase])]
+                size = config.size if phase < 2 else config.latency_size
+                rows.append(Row(collective="p2p_uni" if phase < 2 else "ping_pong", size_bytes=size,
+                                requested_bytes=size, count_per_rank=size, iters=counts[phase],
+                                time_us_p50=p50, time_us_p95=samples[-1], time_us_min=samples[0],
+                                time_us_max=samples[-1], time_us_mean=p50, algbw_gbps=size / p50 / 1e3,
+                                busbw_gbps=size / p50 / 1e3, samples=counts[phase], samples_us=samples,
+                                rank_mean_us=[p50, p50], src_rank=src, dst_rank=dst, **common))
+    return rows, names
 
 
 def _analysis(world: int, sample: int | None) -> dict:
+    """fabric's analysis of a pass's rows; ``rows_mib``, what the rows themselves hold, beside it."""
+    import commbench.fabric.measure  # noqa: F401 - torch and the rest imported before anything is measured
     from commbench.fabric.analysis import analyse
 
-    rows, names = _fabric_rows(world, sample)
+    built: dict = {}
+
+    def build() -> dict:
+        built["rows"], built["names"] = _fabric_rows(world, sample)
+        return {}
+
+    rows_cost = measured(build)
+    rows, names = built["rows"], built["names"]
     result = measured(lambda: {"suspects": len(analyse(rows, names, 2.0).suspects)})
-    return {**result, "rows": len(rows)}
+    return {**result, "rows": len(rows), "rows_mib": rows_cost["peak_mib"]}
 
 
 def step_analysis_full(world: int, workdir: Path, args: argparse.Namespace) -> dict:
@@ -445,7 +475,10 @@ def describe_extra(name: str, result: dict) -> str:
                 f"all_gathers ({payload['all_gather']:.0f} B from each rank), {calls['broadcast']:g} "
                 f"broadcasts, {calls['barrier']:g} barriers; results.json "
                 f"{result['json_bytes'] / 2**20:.2f} MiB, results.csv {result['csv_bytes'] / 2**20:.3f} MiB")
-    found = [f"{key} {value}" for key, value in result.items() if key in ("rows", "pairs", "ops", "groups")]
+    found = [f"{key} {value}" for key, value in result.items()
+             if key in ("rows", "pairs", "ops", "groups", "suspects")]
+    if "rows_mib" in result:
+        found.append(f"the rows themselves {result['rows_mib']:.0f} MiB")
     return f"  ({', '.join(found)})" if found else ""
 
 
@@ -491,11 +524,12 @@ def targets(all_results: dict[str, dict[int, dict]], worlds: list[int]) -> list[
         lines.append(f"[FAIL] {what}: not measured ({why})" if 1024 in worlds
                      else f"[not judged] {what}: not run")
     else:
-        ok = analysis["seconds"] < ANALYSIS_TARGET_S and analysis["peak_mib"] < ANALYSIS_TARGET_MIB
+        held = analysis["peak_mib"] + analysis["rows_mib"]
+        ok = analysis["seconds"] < ANALYSIS_TARGET_S and held < ANALYSIS_TARGET_MIB
         lines.append(f"[{'PASS' if ok else 'FAIL'}] fabric analysis of a full 1024-rank matrix "
-                     f"({analysis['rows']} rows): {analysis['seconds']:.1f} s, "
-                     f"{analysis['peak_mib']:.0f} MiB "
-                     f"(targets: under {ANALYSIS_TARGET_S:g} s and {ANALYSIS_TARGET_MIB} MiB)")
+                     f"({analysis['rows']} rows): {analysis['seconds']:.1f} s, {held:.0f} MiB with the rows "
+                     f"({analysis['rows_mib']:.0f} MiB of them; targets: under {ANALYSIS_TARGET_S:g} s and "
+                     f"{ANALYSIS_TARGET_MIB} MiB)")
     return lines
 
 

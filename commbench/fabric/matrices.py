@@ -31,13 +31,52 @@ def fabric_rows(rows: list[Row]) -> list[Row]:
     return [row for row in rows if row.pattern == KIND and row.time_us_p50 is not None]
 
 
-def pair_series(rows: list[Row], collective: str) -> dict[tuple[int, int], list[Row]]:
+Pair = tuple[int, int]
+
+
+def pair_series(rows: list[Row], collective: str) -> dict[Pair, list[Row]]:
     """(src, dst) -> that direction's rows of ``collective``, in the order measured."""
-    found: dict[tuple[int, int], list[Row]] = {}
+    found: dict[Pair, list[Row]] = {}
     for row in fabric_rows(rows):
         if row.collective == collective and row.src_rank is not None and row.dst_rank is not None:
             found.setdefault((row.src_rank, row.dst_rank), []).append(row)
     return found
+
+
+def _better(row: Row, known: Row) -> bool:
+    """Whether ``row`` replaces ``known`` as its pass's value: a higher bandwidth, a lower latency (a
+    bandwidth tie goes to the later row)."""
+    return (row_value(row) < row_value(known)) == (row.collective == LATENCY_COLLECTIVE)
+
+
+def pair_passes(rows: list[Row]) -> dict[str, dict[Pair, list[Row]]]:
+    """collective -> (src, dst) -> that direction's row of each pass (the better one where the pass
+    measured it twice: pass_values), in pass order; one pass over the rows, for every collective (a
+    full fabric pass of 1,024 ranks has two million rows: a pass over them per question took minutes)."""
+    first: dict[tuple[str, int, int], Row] = {}  # most directions have one row: no dict of passes each
+    more: dict[tuple[str, int, int], dict[int, Row]] = {}
+    for row in rows:
+        if row.pattern != KIND or row.time_us_p50 is None or row.src_rank is None or row.dst_rank is None:
+            continue
+        key = (row.collective, row.src_rank, row.dst_rank)
+        known = first.setdefault(key, row)
+        if known is not row:
+            best = more.setdefault(key, {known.repeat: known})
+            kept = best.get(row.repeat)
+            if kept is None or _better(row, kept):
+                best[row.repeat] = row
+    found: dict[str, dict[Pair, list[Row]]] = {}
+    for (collective, src, dst), row in first.items():
+        by_pass = more.get((collective, src, dst))
+        found.setdefault(collective, {})[(src, dst)] = \
+            [row] if by_pass is None else [by_pass[repeat] for repeat in sorted(by_pass)]
+    return found
+
+
+def median_values(passes: dict[Pair, list[Row]]) -> dict[Pair, float]:
+    """(src, dst) -> the median over passes of that direction's value."""
+    return {pair: row_value(found[0]) if len(found) == 1 else statistics.median(map(row_value, found))
+            for pair, found in passes.items()}
 
 
 def row_value(row: Row) -> float:
@@ -55,15 +94,14 @@ def pass_values(series: list[Row]) -> list[Row]:
     best: dict[int, Row] = {}
     for row in series:
         known = best.get(row.repeat)
-        if known is None or (row_value(row) < row_value(known)) == (row.collective == LATENCY_COLLECTIVE):
+        if known is None or _better(row, known):
             best[row.repeat] = row
     return [best[repeat] for repeat in sorted(best)]
 
 
-def pair_values(rows: list[Row], collective: str) -> dict[tuple[int, int], float]:
+def pair_values(rows: list[Row], collective: str) -> dict[Pair, float]:
     """(src, dst) -> the median over passes of that direction's value."""
-    return {pair: statistics.median(row_value(row) for row in pass_values(series))
-            for pair, series in pair_series(rows, collective).items()}
+    return median_values(pair_passes(rows).get(collective, {}))
 
 
 def pair_class(hostnames: list[str], src: int, dst: int) -> str:
@@ -139,9 +177,14 @@ class FabricMatrices:
         return [rank for ranks in ranks_by_host(self.hostnames).values() for rank in ranks]
 
 
-def build_matrices(rows: list[Row], hostnames: list[str]) -> FabricMatrices:
-    bandwidth = pair_values(rows, BANDWIDTH_COLLECTIVE)
-    latency = pair_values(rows, LATENCY_COLLECTIVE)
+def build_matrices(rows: list[Row], hostnames: list[str],
+                   values: dict[str, dict[Pair, float]] | None = None) -> FabricMatrices:
+    """The matrices of ``rows``; ``values`` (collective -> median_values), when the caller has them."""
+    if values is None:
+        passes = pair_passes(rows)
+        values = {name: median_values(passes.get(name, {}))
+                  for name in (BANDWIDTH_COLLECTIVE, LATENCY_COLLECTIVE)}
+    bandwidth, latency = values[BANDWIDTH_COLLECTIVE], values[LATENCY_COLLECTIVE]
     world_size = len(hostnames)
     return FabricMatrices(hostnames=list(hostnames), hosts=list(ranks_by_host(hostnames)),
                           bandwidth_gbps=rank_matrix(bandwidth, world_size),

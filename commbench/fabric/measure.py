@@ -11,7 +11,9 @@ after another while every other rank waits at the same barriers; so do the ping-
 host has more ranks than cores (latency_alone), since concurrent ones would time the CPU scheduler.
 A rank without a pair (a bye, or waiting its turn) issues nothing. After the round, every rank's times
 are gathered; a sample of a pair is the slower of its two ranks' times for that message (the transfer is
-over when both sides are done), and a latency sample is half of that round trip. Rows are built by
+over when both sides are done), and a latency sample is half of that round trip. Only rank 0 builds and
+keeps the round's rows (2N of them; 2N(N-1) a pass): it records them and draws the conclusions, which it
+sends to the others (run.py). Rows are built by
 rows.make_row from the measuring ranks' samples (the pair's, src_rank first; a node group's, in rank
 order), so they carry every row's statistics and provenance columns; a fabric row's rank_mean_us is
 therefore by position in that list, not by world rank. Nothing inside a timed region allocates: the
@@ -266,8 +268,9 @@ def measure_rounds(ctx: FabricContext, rounds: tuple[Round, ...], output: Output
         what = (f"fabric {phase} round {index + 1} (p2p at {format_size(config.size)}, ping_pong at "
                 f"{format_size(config.latency_size)}) failed on rank {backend.rank}")
         with failures_named(lambda: what):  # noqa: B023 - used at once
-            per_rank = backend.all_gather_floats(time_round(ctx, one))
-        measured = round_rows(ctx, one, per_rank, phase)
-        output.batch(measured)  # one sync for the round's rows (2N of them: a sync each took seconds)
-        rows.extend(measured)
+            per_rank = backend.all_gather_array(time_round(ctx, one))
+        if backend.rank == 0:  # rank 0 records and concludes: the others keep none of the 2N(N-1) rows
+            measured = round_rows(ctx, one, per_rank, phase)
+            output.batch(measured)  # one sync for the round's rows (a sync each took seconds)
+            rows.extend(measured)
     return rows
