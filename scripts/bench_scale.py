@@ -23,6 +23,7 @@ The load average is printed before and after: absolute times on a shared machine
 """
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -278,7 +279,9 @@ def _fabric_rows(world: int, sample: int | None) -> tuple[list, list[str]]:
     names = hostnames(world)
     config = FabricConfig()
     counts = phase_iters(config)
+    spreads = [[1 + 0.001 * k for k in range(count)] for count in counts]
     rows = []
+    gc.disable()  # millions of new rows: the collector would walk them again and again
     common = dict(backend="gloo", device="cpu", world_size=world, dtype="uint8", mode="sync", op="",
                   warmup=config.warmup, busbw_factor=1.0, pattern="fabric", phase="concurrent")
     for index, one in enumerate(make_schedule(names, sample).rounds):
@@ -287,7 +290,7 @@ def _fabric_rows(world: int, sample: int | None) -> tuple[list, list[str]]:
             for phase, (src, dst) in enumerate(((first, second), (second, first)) * 2):
                 jitter = 1 + 0.01 * ((src * 7 + dst * 3 + index) % 11)
                 p50 = (2700.0 if phase < 2 else 12.0) * slow * jitter
-                samples = [round(p50 * (1 + 0.001 * k), 3) for k in range(counts[phase])]
+                samples = [p50 * spread for spread in spreads[phase]]  # floats of its own, as a row has
                 size = config.size if phase < 2 else config.latency_size
                 rows.append(Row(collective="p2p_uni" if phase < 2 else "ping_pong", size_bytes=size,
                                 requested_bytes=size, count_per_rank=size, iters=counts[phase],
@@ -295,6 +298,7 @@ def _fabric_rows(world: int, sample: int | None) -> tuple[list, list[str]]:
                                 time_us_max=samples[-1], time_us_mean=p50, algbw_gbps=size / p50 / 1e3,
                                 busbw_gbps=size / p50 / 1e3, samples=counts[phase], samples_us=samples,
                                 rank_mean_us=[p50, p50], src_rank=src, dst_rank=dst, **common))
+    gc.enable()
     return rows, names
 
 
@@ -321,6 +325,33 @@ def step_analysis_full(world: int, workdir: Path, args: argparse.Namespace) -> d
 
 def step_analysis_sampled(world: int, workdir: Path, args: argparse.Namespace) -> dict:
     return _analysis(world, min(SAMPLE_K, world - 1))
+
+
+def step_fabric_files(world: int, workdir: Path, args: argparse.Namespace) -> dict:
+    """A --sample 8 fabric pass's results written as rank 0 writes them (a batch of rows per round,
+    then the analysis as the `fabric` part of results.json): time, memory, and the files' bytes."""
+    import commbench.fabric.measure  # noqa: F401 - imported before anything is measured
+    from commbench.fabric.analysis import analyse
+    from commbench.results.model import RunMeta
+    from commbench.writers.files import ResultWriter
+
+    rows, names = _fabric_rows(world, min(SAMPLE_K, world - 1))
+    meta = RunMeta(run_id="bench", started_at="", command=["commbench", "fabric", "--sample", str(SAMPLE_K)],
+                   commbench_version="", torch_version="", python_version="", backend="gloo", device="cpu",
+                   world_size=world, launcher="local", hostnames=names, versions={}, env={}, config={})
+    csv_path, json_path = workdir / "fabric.csv", workdir / "fabric.json"
+
+    def write() -> dict:
+        writer = ResultWriter(meta, csv_path, json_path)
+        for start in range(0, len(rows), 2 * world):  # a round's rows at a time, as the run hands them
+            writer.add_all(rows[start:start + 2 * world])
+        writer.set_section("fabric", analyse(rows, names, 2.0).to_dict())
+        writer.finish("complete", "")
+        return {}
+
+    result = measured(write)
+    json_bytes = json_path.stat().st_size
+    return {**result, "rows": len(rows), "json_bytes": json_bytes, "csv_bytes": csv_path.stat().st_size}
 
 
 def _recorded_world(world: int):
@@ -398,6 +429,7 @@ STEPS = {  # name: (function, growth allowed: "nlogn" or "n2logn" for every pair
     "fabric round rows": (step_fabric_round, "nlogn"),
     "fabric analysis full": (step_analysis_full, "n2logn"),
     "fabric analysis --sample": (step_analysis_sampled, "nlogn"),
+    "fabric files --sample": (step_fabric_files, "nlogn"),
     "replay map": (step_replay_map, "nlogn"),
 }
 NEEDS_SWEEP = ("load", "compare", "report")
@@ -479,6 +511,10 @@ def describe_extra(name: str, result: dict) -> str:
              if key in ("rows", "pairs", "ops", "groups", "suspects")]
     if "rows_mib" in result:
         found.append(f"the rows themselves {result['rows_mib']:.0f} MiB")
+    if "json_bytes" in result:
+        per_row = result["json_bytes"] / result["rows"]
+        found.append(f"results.json {result['json_bytes'] / 2**20:.1f} MiB ({per_row:.0f} B a row), "
+                     f"results.csv {result['csv_bytes'] / 2**20:.1f} MiB")
     return f"  ({', '.join(found)})" if found else ""
 
 

@@ -17,6 +17,7 @@ alone (circle_round): choosing costs time in N, where looking at all N-1 rounds 
 
 import heapq
 from dataclasses import dataclass
+from functools import lru_cache
 
 from commbench.errors import UsageError
 
@@ -46,10 +47,11 @@ def circle_round(world_size: int, index: int) -> Round:
     seats on; the empty seat of an odd world is the last rank's number, world_size."""
     count = world_size + world_size % 2
     moving = count - 1
+    ranks = _ranks(world_size)  # the same int objects in every round: a full schedule holds N^2 of them
 
     def seated(seat: int) -> int | None:
         rank = 0 if seat == 0 else 1 + (seat - 1 - index) % moving
-        return None if rank == world_size else rank
+        return None if rank == world_size else ranks[rank]
 
     pairs, bye = [], None
     for seat in range(count // 2):
@@ -59,6 +61,11 @@ def circle_round(world_size: int, index: int) -> Round:
             continue
         pairs.append((min(first, second), max(first, second)))
     return Round(tuple(sorted(pairs)), bye)
+
+
+@lru_cache(maxsize=4)
+def _ranks(world_size: int) -> tuple[int, ...]:
+    return tuple(range(world_size))
 
 
 def circle_rounds(world_size: int) -> list[Round]:

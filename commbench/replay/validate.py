@@ -149,7 +149,7 @@ def _align_groups(trace: Trace) -> Trace:
                 if root is not None:
                     roots[(name, seq)] = root
         kept_keys.update((rank, name, seq) for rank in group.ranks for seq in common)
-    kept = {rank: [replace(op, root=roots.get((op.group, op.seq), op.root)) for op in ops
+    kept = {rank: [_with_root(op, roots) for op in ops
                    if op.name in P2P_OPS or (rank, op.group, op.seq) in kept_keys]
             for rank, ops in trace.ops.items()}
     aligned = trace.with_ops(kept)
@@ -159,6 +159,13 @@ def _align_groups(trace: Trace) -> Trace:
         aligned.notes.append(f"dropped operations recorded by only some members of their group ({listed}): "
                              "the ring buffer's start, a step in flight at the dump, or the --select cut")
     return aligned
+
+
+def _with_root(op: RecordedOp, roots: dict[tuple[str, int], int]) -> RecordedOp:
+    """The operation with the root its sizes told, copied only where that changes it (a copy of every
+    operation of a large job took most of the validation's time)."""
+    root = roots.get((op.group, op.seq), op.root)
+    return op if root == op.root else replace(op, root=root)
 
 
 def _check_point_to_point(trace: Trace) -> None:

@@ -36,8 +36,31 @@ def clean_for_json(value: Any) -> Any:
     return value
 
 
+def readable_json(value: Any, level: int = 0) -> str:
+    """JSON with dicts, and lists of containers, one item per line (indented by one space a level);
+    lists of plain values on one line: a rank matrix's row, a run's host names (a line per value
+    made a 1,024-rank matrix a million lines, written by Python's slow indenting encoder). NaN and
+    infinity are written as null."""
+    # a list is laid out by its first item: a matrix's rows are alike (looking at every value took seconds)
+    nested = isinstance(value, list) and value and isinstance(value[0], dict | list)
+    if isinstance(value, dict) and value or nested:
+        pad = "\n" + " " * (level + 1)
+        if isinstance(value, dict):
+            items = [f"{json.dumps(str(key))}: {readable_json(item, level + 1)}"
+                     for key, item in value.items()]
+            opening, closing = "{", "}"
+        else:
+            items = [readable_json(item, level + 1) for item in value]
+            opening, closing = "[", "]"
+        return opening + pad + ("," + pad).join(items) + "\n" + " " * level + closing
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:  # NaN or infinity: null (checked here, not by walking every value first)
+        return json.dumps(clean_for_json(value))
+
+
 def write_json_atomic(path: Path, payload: Any) -> None:
-    write_text_atomic(path, json.dumps(clean_for_json(payload), indent=1))
+    write_text_atomic(path, readable_json(payload))
 
 
 def row_json(row: Row) -> str:
@@ -78,8 +101,8 @@ class ResultWriter:
         self._json_due = 0.0  # time.monotonic() after which a new row rewrites the JSON
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        self._csv.writeheader()
+        self._csv = csv.writer(self._csv_file)
+        self._csv.writerow(CSV_COLUMNS)
         self._csv_file.flush()
         self._write_json()
 
@@ -91,8 +114,8 @@ class ResultWriter:
         for row in rows:
             self.rows.append(row)
             self._row_texts.append(row_json(row))
-            self._csv.writerow({name: "" if (value := getattr(row, name)) is None else value
-                                for name in CSV_COLUMNS})
+            self._csv.writerow(["" if (value := getattr(row, name)) is None else value
+                                for name in CSV_COLUMNS])
         self._csv_file.flush()
         os.fsync(self._csv_file.fileno())
         if len(self.rows) <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
@@ -119,8 +142,8 @@ class ResultWriter:
         started = time.monotonic()
         marker = f"rows written here {id(self)}"  # a string no part of the payload holds
         meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
-        text = json.dumps(clean_for_json({"schema": SCHEMA_VERSION, "meta": meta, "rows": marker,
-                                          "fits": self.fits, **self.sections}), indent=1)
+        text = readable_json({"schema": SCHEMA_VERSION, "meta": meta, "rows": marker, "fits": self.fits,
+                              **self.sections})
         rows = "[\n" + ",\n".join(self._row_texts) + "\n]" if self._row_texts else "[]"
         write_text_atomic(self.json_path, text.replace(json.dumps(marker), rows, 1))
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
