@@ -76,6 +76,8 @@ def _fake_backend(world: int):
 
     from commbench.backends.torch_dist import TorchDistBackend
 
+    if dist.is_initialized():  # --in-process: one step after another in this process
+        dist.destroy_process_group()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     return TorchDistBackend("gloo", torch.device("cpu"))
 
@@ -445,6 +447,11 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def run_step(name: str, world: int, workdir: Path, args: argparse.Namespace) -> dict | None:
+    if args.in_process:
+        try:
+            return STEPS[name][0](world, workdir, args)
+        except Exception as exc:  # noqa: BLE001 - reported as the step's outcome, as a worker's would be
+            return {"error": f"{type(exc).__name__}: {exc}"}
     result_path = workdir / f"result-{name.replace(' ', '_')}.json"
     result_path.unlink(missing_ok=True)
     command = [sys.executable, __file__, "--worker", name, "--world", str(world), "--workdir", str(workdir),
@@ -580,6 +587,9 @@ def main() -> int:
                         help="the largest world whose full fabric pass (every pair) is analysed")
     parser.add_argument("--steps", default=",".join(STEPS), help="which steps, comma separated")
     parser.add_argument("--step-timeout", type=float, default=300.0)
+    parser.add_argument("--in-process", action="store_true",
+                        help="every step in this process (quick, for tests: peak memory then counts "
+                             "what earlier steps left behind)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--world", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
