@@ -82,10 +82,11 @@ class PassMedian:
 def pass_medians(rows: list[Row], passes: dict[str, dict[Pair, list[Row]]] | None = None) -> list[PassMedian]:
     """Per pass, the median bandwidth over every pair direction measured in it."""
     passes = pair_passes(rows) if passes is None else passes
-    by_pass: dict[int, list[Row]] = {}
-    for series in passes.get(BANDWIDTH_COLLECTIVE, {}).values():
-        for row in series:
-            by_pass.setdefault(row.repeat, []).append(row)
+    measured = [row for series in passes.get(BANDWIDTH_COLLECTIVE, {}).values() for row in series]
+    repeats = {row.repeat for row in measured}
+    by_pass: dict[int, list[Row]] = {repeats.pop(): measured} if len(repeats) == 1 else {}
+    for row in measured if not by_pass else ():
+        by_pass.setdefault(row.repeat, []).append(row)
     return [PassMedian(repeat, max((row.elapsed_s for row in found if row.elapsed_s is not None),
                                    default=None), statistics.median(row_value(row) for row in found))
             for repeat, found in sorted(by_pass.items())]
