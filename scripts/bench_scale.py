@@ -288,7 +288,11 @@ def _fabric_rows(world: int, sample: int | None) -> tuple[list, list[str]]:
     names = hostnames(world)
     config = FabricConfig()
     counts = phase_iters(config)
-    spreads = [[1 + 0.001 * k for k in range(count)] for count in counts]
+    # each row's samples, rounded as microseconds() rounds them (their JSON is as long as a real row's),
+    # copied with + 0.0 so that every row holds floats of its own, as a measured row does
+    templates = {(phase, jitter, slow): [round((2700.0 if phase < 2 else 12.0) * slow * (1 + 0.01 * jitter)
+                                               * (1 + 0.001 * k), 3) for k in range(counts[phase])]
+                 for phase in range(4) for jitter in range(11) for slow in (1.0, 4.0)}
     rows = []
     gc.disable()  # millions of new rows: the collector would walk them again and again
     common = dict(backend="gloo", device="cpu", world_size=world, dtype="uint8", mode="sync", op="",
@@ -297,9 +301,9 @@ def _fabric_rows(world: int, sample: int | None) -> tuple[list, list[str]]:
         for first, second in one.pairs:
             slow = 4.0 if "node0001" in (names[first], names[second]) else 1.0
             for phase, (src, dst) in enumerate(((first, second), (second, first)) * 2):
-                jitter = 1 + 0.01 * ((src * 7 + dst * 3 + index) % 11)
-                p50 = (2700.0 if phase < 2 else 12.0) * slow * jitter
-                samples = [p50 * spread for spread in spreads[phase]]  # floats of its own, as a row has
+                template = templates[(phase, (src * 7 + dst * 3 + index) % 11, slow)]
+                samples = [value + 0.0 for value in template]
+                p50 = samples[len(samples) // 2]
                 size = config.size if phase < 2 else config.latency_size
                 rows.append(Row(collective="p2p_uni" if phase < 2 else "ping_pong", size_bytes=size,
                                 requested_bytes=size, count_per_rank=size, iters=counts[phase],
