@@ -8,6 +8,7 @@ import pytest
 import torch.distributed as dist
 
 from commbench.backends.coordination import Coordinator, announce_death, key_prefix
+from commbench.core.board import LauncherBoard
 from commbench.core.groups import format_ranks
 from commbench.errors import RunError
 from commbench.running.spawn import free_port
@@ -147,6 +148,70 @@ def test_death_reported_by_the_launcher_ends_the_wait_early():
     coordinator.report_failure("all_reduce failed")
     coordinator.await_accounts(grace_s=5)
     assert coordinator.peer_accounts(include_failed=False) == "rank 2 died (SIGKILL)"
+
+
+def _with_board(ranks: Ranks, board: LauncherBoard, timeout_s: float = 20) -> Coordinator:
+    """Rank 0 of ``ranks`` (which the test keeps: its store goes with it) as commbench's local launcher
+    starts it: with the launcher's board."""
+    return Coordinator(ranks.coordinators[0]._store, 0, 3, timeout_s, "here", hosts_store=True, board=board)
+
+
+def test_a_failed_rank_waits_for_the_local_launchers_verdict_however_late(tmp_path):
+    # The launcher saw rank 2 die but is slow to say so (a crowded host): past the 2 s grace, rank 0
+    # still names the death, since it waits for two launcher passes after its own report.
+    board = LauncherBoard(tmp_path)
+    board.record_pass(7)
+    ranks = Ranks(3, timeout_s=20)
+    coordinator = _with_board(ranks, board)
+
+    def slow_launcher() -> None:
+        time.sleep(3.0)
+        board.record_death(2, "SIGKILL")
+        board.record_pass(8)
+        board.record_pass(9)
+
+    threading.Thread(target=slow_launcher).start()
+    coordinator.report_failure("all_reduce failed: Connection reset by peer")
+    started = time.monotonic()
+    coordinator.await_accounts(grace_s=2)
+    assert 2.5 < time.monotonic() - started < 10
+    assert coordinator.peer_accounts(include_failed=False) == "rank 2 died (SIGKILL)"
+
+
+def test_without_a_death_the_launchers_passes_end_the_grace(tmp_path):
+    board = LauncherBoard(tmp_path)
+    board.record_pass(1)
+    ranks = Ranks(3, timeout_s=20)
+    coordinator = _with_board(ranks, board)
+    stop = threading.Event()
+
+    def launcher() -> None:
+        count = 1
+        while not stop.is_set():
+            time.sleep(0.05)
+            count += 1
+            board.record_pass(count)
+
+    threading.Thread(target=launcher, daemon=True).start()
+    coordinator.report_failure("all_reduce failed")
+    started = time.monotonic()
+    coordinator.await_accounts(grace_s=0.5)
+    stop.set()
+    assert time.monotonic() - started < 5  # the grace and two passes, not the 20 s timeout
+    silent = "ranks 1-2 did not report (hung, or died unseen)"
+    assert coordinator.peer_accounts(include_failed=False) == silent
+
+
+def test_a_death_on_the_board_stops_ranks_waiting_at_a_step_and_names_the_rank(tmp_path):
+    # rank 0's death too: the store cannot carry it (rank 0 hosts it), the board can
+    board = LauncherBoard(tmp_path)
+    ranks = Ranks(3, timeout_s=20)
+    coordinator = Coordinator(ranks.coordinators[1]._store, 1, 3, 20, "here", board=board)
+    threading.Timer(0.3, board.record_death, args=(0, "SIGKILL")).start()
+    started = time.monotonic()
+    with pytest.raises(RunError, match=r"rank 0 died \(SIGKILL\)"):
+        coordinator.check_in("size 1 KiB", "1")
+    assert time.monotonic() - started < 10
 
 
 def test_a_peer_failure_is_reported_to_ranks_waiting_at_a_step():

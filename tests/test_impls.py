@@ -3,7 +3,7 @@ real probe), --impl's parsing, the rows an implementation that cannot run leaves
 what kernel names and NCCL's lines say about the path, and old files loading as c10d."""
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -165,7 +165,7 @@ def test_nccl_logs_symmetric_choice_and_registration_refusals():
 
 def test_files_from_before_impl_load_as_c10d_and_match_new_rows(tmp_path):
     assert "impl" in KEY_FIELDS
-    old = {name: value for name, value in row().__dict__.items()
+    old = {name: value for name, value in asdict(row()).items()
            if not name.startswith(("impl", "kernels", "output_digest"))}
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"meta": {}, "rows": [old]}))

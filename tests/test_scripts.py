@@ -154,3 +154,29 @@ def test_record_example_without_torchrun_says_how_to_run_it(tmp_path):
                           capture_output=True, text=True, timeout=120, env=launcherless_env())
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "run it under torchrun" in done.stderr
+
+
+def test_bench_scale_prints_every_step_at_every_world_with_its_growth_and_the_targets():
+    out = run_script("bench_scale.py", "--worlds", "8,16", "--sizes", "1K:2K", "--samples", "20",
+                     "--full-fabric-up-to", "16", "--in-process")
+    steps = re.findall(r"^(\S[^\n]*)\n((?:  N=[^\n]*\n)+)", out, re.MULTILINE)
+    assert [name for name, _ in steps] == [
+        "sweep", "load", "compare", "report", "fabric schedule", "fabric schedule --sample",
+        "fabric round rows", "fabric analysis full", "fabric analysis --sample", "fabric files --sample",
+        "replay map"]
+    for name, lines in steps:
+        found = re.findall(rf"^  N=\s+(\d+)\s+({NUMBER}) s\s+({NUMBER}) MiB(.*)$", lines, re.MULTILINE)
+        assert [int(world) for world, *_ in found] == [8, 16], (name, lines)
+        assert "growth: time N^" in found[1][3] and "not measured" not in lines
+    # the sweep's control traffic per size: two agreements of 2 floats and the 3 x 20 samples, from each rank
+    assert "3 all_gathers (512 B from each rank)" in out
+    judged_at = r"^\[not judged: 4096 ranks not run\] rank 0's own work per size at 16 ranks"
+    assert re.search(judged_at, out, re.MULTILINE)
+    verdicts = re.findall(r"^\[(PASS|FAIL)\] .+: (?:time|memory) grows as N\^(-?[0-9.]+) from 8 to 16 ranks "
+                          r"\(at most N(?:\^2)? log N: N\^([0-9.]+), \+0.25 for noise\)$", out, re.MULTILINE)
+    assert verdicts
+    for verdict, power, bound in verdicts:
+        assert (verdict == "PASS") == (float(power) <= float(bound) + 0.25 + 0.005)  # as printed, to 0.01
+    # and one step in a process of its own, as the script runs by default
+    alone = run_script("bench_scale.py", "--worlds", "8,16", "--steps", "fabric schedule")
+    assert re.search(r"^  N=   16\s+[0-9.]+ s .*\(pairs 120\)$", alone, re.MULTILINE)

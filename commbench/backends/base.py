@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from commbench.core.paths import Capabilities, PathSpec
@@ -129,6 +130,11 @@ class Backend(ABC):
     @abstractmethod
     def all_gather_floats(self, values: list[float]) -> list[list[float]]:
         """Every rank's list of floats (all lists the same length), indexed by rank."""
+
+    def all_gather_array(self, values: list[float]) -> np.ndarray:
+        """``all_gather_floats`` as one float64 array [rank][value], for large gathers (every rank's
+        samples of a size: a Python float per value costs seconds at thousands of ranks)."""
+        return np.asarray(self.all_gather_floats(values), dtype=np.float64)
 
     @abstractmethod
     def all_gather_object(self, obj: Any) -> list[Any]: ...

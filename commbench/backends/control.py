@@ -13,6 +13,7 @@ Invariants:
 import pickle
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -26,6 +27,7 @@ class ControlGroup:
     def __init__(self, group: Any, waiter: Waiter) -> None:
         self._given = group
         self._waiter = waiter
+        self._flat_gathers = True  # into one tensor; older torch's gloo has no flat all_gather
 
     @property
     def _group(self) -> Any:
@@ -40,8 +42,22 @@ class ControlGroup:
 
     def all_gather_floats(self, values: list[float]) -> list[list[float]]:
         """Every rank's list of floats (all of one length), by rank."""
+        return self.all_gather_array(values).tolist()
+
+    def all_gather_array(self, values: list[float]) -> np.ndarray:
+        """Every rank's floats (all of one length) as one float64 array, [rank][value]: gathered into
+        one tensor, not one per rank (at thousands of ranks, tensors by the thousand per gather)."""
         local = torch.tensor(values, dtype=torch.float64)
-        return [gathered.tolist() for gathered in self._all_gather(local)]
+        if self._flat_gathers:
+            gathered = torch.empty(self.world_size * local.numel(), dtype=torch.float64)
+            try:
+                work = self._group._allgather_base(gathered, local)
+            except RuntimeError:  # raised before anything is sent: this gloo cannot
+                self._flat_gathers = False
+            else:
+                self._waiter.work(work)
+                return gathered.view(self.world_size, local.numel()).numpy()
+        return torch.stack(self._all_gather(local)).numpy()
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         payload = _as_bytes(obj)

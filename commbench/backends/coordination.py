@@ -14,6 +14,9 @@ Keys (under a per-attempt prefix):
   step/<n>/<signature>/{n,go,stop}        arrivals at step n, the all-arrived flag, an agreed stop
   failed/<r>, dead/<r>, trouble, deaths   a rank's failure, a launcher's report of a death, counts
 
+commbench's own local launcher (running/spawn.py) records deaths and its supervision passes on a board
+of files instead (core/board.py): a rank reads them beside the store's keys.
+
 A step's key holds its signature (what is measured, with the op counts), so ranks whose sweeps diverge
 wait at different keys and the timeout says which rank is where, instead of hanging in a collective.
 """
@@ -24,6 +27,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from commbench.core.board import LauncherBoard
 from commbench.core.groups import format_ranks
 from commbench.errors import RunError, brief
 
@@ -61,8 +65,9 @@ class Coordinator:
     """One rank's side of the check-ins, over a store that every rank (and the spawner) can reach."""
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, store_where: str,
-                 hosts_store: bool = False) -> None:
+                 hosts_store: bool = False, board: LauncherBoard | None = None) -> None:
         self._store = store
+        self._board = board  # a local launcher's board (deaths, passes); None under other launchers
         self.hosts_store = hosts_store  # this rank's process serves the store: it goes when we exit
         self.rank = rank
         self.world_size = world_size
@@ -86,6 +91,16 @@ class Coordinator:
     def _text(self, key: str) -> str | None:
         return self._call("get", key).decode(errors="replace") if self._has(key) else None
 
+    def _board_deaths(self) -> dict[int, str]:
+        return {} if self._board is None else self._board.deaths()
+
+    def _troubled(self) -> bool:
+        """A rank reported a failure, or a launcher a death."""
+        return self._call("add", "trouble", 0) > 0 or bool(self._board_deaths())
+
+    def _died(self, rank: int, board_deaths: dict[int, str]) -> str | None:
+        return board_deaths.get(rank) or self._text(f"dead/{rank}")
+
     def _wait(self, key: str, deadline: float, also: str | None = None) -> str:
         """Until ``key`` (or ``also``) exists, returning which; _Deadline when time runs out, _Trouble
         when a rank failed or died."""
@@ -100,7 +115,7 @@ class Coordinator:
             if now >= deadline:
                 raise _Deadline
             if now >= next_trouble_check:
-                if self._call("add", "trouble", 0) > 0:
+                if self._troubled():
                     raise _Trouble
                 next_trouble_check = now + _TROUBLE_CHECK_S
             time.sleep(min(pause, max(deadline - now, 0.0)))
@@ -188,7 +203,7 @@ class Coordinator:
     def trouble(self) -> str | None:
         """What is known of a failed or dead rank once any has been reported, else None (one store call:
         waits on collectives ask this now and then)."""
-        if self._call("add", "trouble", 0) <= 0:
+        if not self._troubled():
             return None
         return self.peer_accounts() or "another rank failed"
 
@@ -226,13 +241,14 @@ class Coordinator:
         behind: dict[str, list[int]] = {}
         elsewhere: dict[str, list[int]] = {}
         never: list[int] = []
+        board_deaths = self._board_deaths()
         for rank in range(self.world_size):
             seen = self._text(f"at/{rank}")
             step_text, their_signature, where = (seen or "0\n\n").split("\n", 2)
             if int(step_text) == self._step and their_signature == signature:
                 continue
             absent.append(rank)
-            died = self._text(f"dead/{rank}")
+            died = self._died(rank, board_deaths)
             if died:
                 dead.append(f"rank {rank} died ({died})")
             elif seen is None:
@@ -259,21 +275,39 @@ class Coordinator:
 
     def await_accounts(self, grace_s: float) -> None:
         """Wait up to ``grace_s`` for a launcher to report a death, or for every rank to have failed.
-        Waiting for more would be waiting on ranks that are themselves blocked on the dead one."""
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if self._call("add", "deaths", 0) > 0 or self._call("add", "trouble", 0) >= self.world_size:
+        Waiting for more would be waiting on ranks that are themselves blocked on the dead one.
+
+        Under commbench's local launcher the wait lasts, past the grace, until two of its supervision
+        passes have finished since this rank's report (core/board.py), so a local rank whose death
+        caused this failure is named however loaded the host; --timeout bounds it, should the launcher
+        itself stall."""
+        now = time.monotonic()
+        grace_ends = now + grace_s
+        verdict_by = now + max(grace_s, self.timeout_s)
+        passes_then = None if self._board is None else self._board.passes()
+        while True:
+            if self._call("add", "deaths", 0) > 0 or self._call("add", "trouble", 0) >= self.world_size \
+                    or self._board_deaths():
+                return
+            now = time.monotonic()
+            if now >= grace_ends and (passes_then is None or now >= verdict_by
+                                      or self._launcher_passes() >= passes_then + 2):
                 return
             time.sleep(0.05)
+
+    def _launcher_passes(self) -> int:
+        passes = None if self._board is None else self._board.passes()
+        return passes if passes is not None else 1 << 62  # the board is gone: so is the launcher
 
     def peer_accounts(self, include_failed: bool = True) -> str:
         """What is known of the other ranks: which died (the launcher's reason), else which failed
         (with the first one's message) and which said nothing."""
         dead, failed, silent = [], [], []
+        board_deaths = self._board_deaths()
         for rank in range(self.world_size):
             if rank == self.rank:
                 continue
-            died = self._text(f"dead/{rank}")
+            died = self._died(rank, board_deaths)
             if died:
                 dead.append(f"rank {rank} died ({died})")
             elif self._has(f"failed/{rank}"):

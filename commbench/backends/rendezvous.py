@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from commbench.backends.coordination import Coordinator, connect, key_prefix
 from commbench.backends.waiting import Waiter
+from commbench.core.board import LauncherBoard
 from commbench.core.devices import accepted_options
 from commbench.errors import RunError, brief
 
@@ -46,6 +47,7 @@ class Rendezvous:
     master_port: int
     launcher_hosts_store: bool = False
     attempt: str = "0"
+    launcher_board: str = ""  # commbench's local launcher's board of deaths (core/board.py); "" elsewhere
 
     @property
     def where(self) -> str:
@@ -127,8 +129,9 @@ class StartUp:
                                   self.timeout_s, host_store=meeting.hosts_store)
         except (dist.DistError, OSError) as exc:
             raise RunError(_store_failure(rank, where, meeting.hosts_store, exc, self.timeout_s)) from None
+        board = LauncherBoard(meeting.launcher_board) if meeting.launcher_board else None
         self.coordinator = Coordinator(dist.PrefixStore(key_prefix(meeting.attempt), self._store), rank,
-                                       meeting.world_size, self.timeout_s, where, meeting.hosts_store)
+                                       meeting.world_size, self.timeout_s, where, meeting.hosts_store, board)
         self.coordinator.join()
 
     def peers(self, phase: str, label: str) -> list[int] | None:

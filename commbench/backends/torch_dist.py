@@ -9,6 +9,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -363,6 +364,9 @@ class TorchDistBackend(Backend):
 
     def all_gather_floats(self, values: list[float]) -> list[list[float]]:
         return self._control.all_gather_floats(values)
+
+    def all_gather_array(self, values: list[float]) -> np.ndarray:
+        return self._control.all_gather_array(values)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         return self._control.all_gather_object(obj)

@@ -7,6 +7,7 @@ Computed from rows and host names alone, the same way on every rank during a run
 the exit status) and on a saved file (plot, report); to_dict is the `fabric` part of results.json.
 """
 
+import gc
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +19,14 @@ from commbench.fabric.matrices import (
     FabricMatrices,
     build_matrices,
     class_medians,
-    pair_values,
+    median_values,
+    pair_passes,
 )
 from commbench.fabric.outliers import (
     DEFAULT_SLOW_FACTOR,
     MIN_JUDGED,
     Judged,
+    Judgements,
     Suspect,
     drain_list,
     find_suspects,
@@ -35,7 +38,7 @@ from commbench.results.model import Row
 @dataclass
 class FabricAnalysis:
     matrices: FabricMatrices
-    judged: list[Judged]
+    judged: Judgements
     suspects: list[Suspect]
     spikes: list[Spike]
     passes: list[PassMedian]
@@ -44,7 +47,7 @@ class FabricAnalysis:
 
     @property
     def slow(self) -> list[Judged]:
-        return sorted((item for item in self.judged if item.slow),
+        return sorted(self.judged.slow(),
                       key=lambda item: item.ratio if item.metric.higher_is_better else -item.ratio)
 
     @property
@@ -112,13 +115,26 @@ class FabricAnalysis:
 
 
 def analyse(rows: list[Row], hostnames: list[str], slow_factor: float) -> FabricAnalysis:
-    matrices = build_matrices(rows, hostnames)
-    values = {metric.name: pair_values(rows, collective)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of rows and pairs, and no cycles: the collector would walk them again and again
+    try:
+        return _analyse(rows, hostnames, slow_factor)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _analyse(rows: list[Row], hostnames: list[str], slow_factor: float) -> FabricAnalysis:
+    passes = pair_passes(rows)  # the one pass over the rows: everything else works on the pairs
+    by_collective = {collective: median_values(passes.get(collective, {}))
+                     for collective in (BANDWIDTH_COLLECTIVE, LATENCY_COLLECTIVE)}
+    matrices = build_matrices(rows, hostnames, by_collective)
+    values = {metric.name: by_collective[collective]
               for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY))}
     medians = {name: class_medians(found, hostnames) for name, found in values.items()}
     suspects, judged = find_suspects(values, hostnames, matrices.nodes, slow_factor)
-    return FabricAnalysis(matrices, judged, suspects, find_spikes(rows, slow_factor), pass_medians(rows),
-                          medians, slow_factor)
+    return FabricAnalysis(matrices, judged, suspects, find_spikes(rows, slow_factor, passes),
+                          pass_medians(rows, passes), medians, slow_factor)
 
 
 def recorded_slow_factor(config: Mapping[str, Any]) -> float:

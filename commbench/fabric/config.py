@@ -18,6 +18,7 @@ from commbench.fabric.schedule import check_sample
 
 DEFAULT_SIZE = 64 * 2**20
 DEFAULT_LATENCY_SIZE = 8
+LATENCY_ITERS_PER_ITER = 5  # small messages are cheap, and their times noisier
 
 
 @dataclass(kw_only=True)
@@ -55,6 +56,12 @@ def resolve_fabric(config: FabricConfig) -> FabricConfig:
         raise UsageError(f"--slow-factor {config.slow_factor:g} must be above 1 (2: half the median "
                          "bandwidth or twice the median latency)")
     return replace(config, launch=resolve_launch(config.launch))
+
+
+def phase_iters(config: FabricConfig) -> list[int]:
+    """Timed messages of each of fabric.measure.PHASES: --iters each way for bandwidth,
+    LATENCY_ITERS_PER_ITER times that for latency."""
+    return [config.iters] * 2 + [config.iters * LATENCY_ITERS_PER_ITER] * 2
 
 
 def buffer_bytes(config: FabricConfig) -> int:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from commbench.fabric.matrices import (
     BANDWIDTH_COLLECTIVE,
     LATENCY_COLLECTIVE,
-    pair_series,
-    pass_values,
+    Pair,
+    pair_passes,
     row_value,
 )
 from commbench.measure.robust import BANDWIDTH, LATENCY, Metric, is_slow, relative, robust_spread
@@ -49,14 +49,16 @@ class Spike:
                 "worst_ratio": round(self.worst_ratio, 4), "median": self.median}
 
 
-def find_spikes(rows: list[Row], factor: float) -> list[Spike]:
-    """Every pair direction with at least one spike, the worst first."""
+def find_spikes(rows: list[Row], factor: float, passes: dict[str, dict[Pair, list[Row]]] | None = None
+                ) -> list[Spike]:
+    """Every pair direction with at least one spike, the worst first (``passes``: pair_passes(rows),
+    when the caller has it)."""
+    passes = pair_passes(rows) if passes is None else passes
     spikes = []
     for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY)):
-        for (src, dst), measured in sorted(pair_series(rows, collective).items()):
-            series = pass_values(measured)
-            if len(series) < MIN_PASSES:
-                continue
+        repeated = [(pair, series) for pair, series in passes.get(collective, {}).items()
+                    if len(series) >= MIN_PASSES]
+        for (src, dst), series in sorted(repeated):
             values = [row_value(row) for row in series]
             median, sigma = robust_spread(values)
             off = [row for row, value in zip(series, values, strict=True)
@@ -77,12 +79,14 @@ class PassMedian:
     bandwidth_gbps: float
 
 
-def pass_medians(rows: list[Row]) -> list[PassMedian]:
+def pass_medians(rows: list[Row], passes: dict[str, dict[Pair, list[Row]]] | None = None) -> list[PassMedian]:
     """Per pass, the median bandwidth over every pair direction measured in it."""
-    by_pass: dict[int, list[Row]] = {}
-    for series in pair_series(rows, BANDWIDTH_COLLECTIVE).values():
-        for row in pass_values(series):
-            by_pass.setdefault(row.repeat, []).append(row)
+    passes = pair_passes(rows) if passes is None else passes
+    measured = [row for series in passes.get(BANDWIDTH_COLLECTIVE, {}).values() for row in series]
+    repeats = {row.repeat for row in measured}
+    by_pass: dict[int, list[Row]] = {repeats.pop(): measured} if len(repeats) == 1 else {}
+    for row in measured if not by_pass else ():
+        by_pass.setdefault(row.repeat, []).append(row)
     return [PassMedian(repeat, max((row.elapsed_s for row in found if row.elapsed_s is not None),
                                    default=None), statistics.median(row_value(row) for row in found))
             for repeat, found in sorted(by_pass.items())]

@@ -5,13 +5,15 @@ the pair sends --size bytes, its partner receives them; then the other way) and 
 at --latency-size, led by the first rank, then by the second). Each of the four starts at a world
 barrier and is warmed up. Bandwidth is timed --iters times with a world barrier before every message
 (outside its time), so the pairs of a round start each message together and every link is loaded at
-once; latency is timed over LATENCY_ITERS_PER_ITER x --iters round trips back to back (a barrier's
+once; latency is timed over config.LATENCY_ITERS_PER_ITER x --iters round trips back to back (a barrier's
 release skew would be larger than the round trip it precedes). --serial runs the round's pairs one
 after another while every other rank waits at the same barriers; so do the ping-pongs alone where a
 host has more ranks than cores (latency_alone), since concurrent ones would time the CPU scheduler.
 A rank without a pair (a bye, or waiting its turn) issues nothing. After the round, every rank's times
 are gathered; a sample of a pair is the slower of its two ranks' times for that message (the transfer is
-over when both sides are done), and a latency sample is half of that round trip. Rows are built by
+over when both sides are done), and a latency sample is half of that round trip. Only rank 0 builds and
+keeps the round's rows (2N of them; 2N(N-1) a pass): it records them and draws the conclusions, which it
+sends to the others (run.py). Rows are built by
 rows.make_row from the measuring ranks' samples (the pair's, src_rank first; a node group's, in rank
 order), so they carry every row's statistics and provenance columns; a fabric row's rank_mean_us is
 therefore by position in that list, not by world rank. Nothing inside a timed region allocates: the
@@ -28,7 +30,7 @@ from commbench.backends.base import Backend, CollectiveArgs
 from commbench.core.groups import ranks_by_host
 from commbench.core.sizes import format_size
 from commbench.errors import Terminated, UsageError, brief, failures_named
-from commbench.fabric.config import FabricConfig, available_host_bytes, memory_problem
+from commbench.fabric.config import FabricConfig, available_host_bytes, memory_problem, phase_iters
 from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, KIND, LATENCY_COLLECTIVE
 from commbench.fabric.schedule import Round, Schedule
 from commbench.measure.collectives import REGISTRY
@@ -40,7 +42,6 @@ from commbench.running.runner import Session
 from commbench.writers.output import Output
 
 PHASES = ("first to second", "second to first", "ping led by first", "ping led by second")
-LATENCY_ITERS_PER_ITER = 5  # small messages are cheap, and their times noisier
 P2P_UNI, PING_PONG, ALL_REDUCE = (REGISTRY[name] for name in (BANDWIDTH_COLLECTIVE, LATENCY_COLLECTIVE,
                                                               "all_reduce"))
 ROUND_TRIP_SHARE = 0.5  # a latency sample is half a round trip, as the ping_pong collective reports
@@ -126,11 +127,6 @@ class FabricContext:
 
 def _sit_out(backend: Backend, args: CollectiveArgs) -> None:
     """The op of a rank that sits a measurement out: it still meets the others at every barrier."""
-
-
-def phase_iters(config: FabricConfig) -> list[int]:
-    """Timed messages of each of the PHASES."""
-    return [config.iters] * 2 + [config.iters * LATENCY_ITERS_PER_ITER] * 2
 
 
 def _pair_phases(ctx: FabricContext, peer: int | None, is_first: bool) -> list[BoundOp]:
@@ -266,8 +262,9 @@ def measure_rounds(ctx: FabricContext, rounds: tuple[Round, ...], output: Output
         what = (f"fabric {phase} round {index + 1} (p2p at {format_size(config.size)}, ping_pong at "
                 f"{format_size(config.latency_size)}) failed on rank {backend.rank}")
         with failures_named(lambda: what):  # noqa: B023 - used at once
-            per_rank = backend.all_gather_floats(time_round(ctx, one))
-        for row in round_rows(ctx, one, per_rank, phase):
-            output.row(row)
-            rows.append(row)
+            per_rank = backend.all_gather_array(time_round(ctx, one))
+        if backend.rank == 0:  # rank 0 records and concludes: the others keep none of the 2N(N-1) rows
+            measured = round_rows(ctx, one, per_rank, phase)
+            output.batch(measured)  # one sync for the round's rows (a sync each took seconds)
+            rows.extend(measured)
     return rows

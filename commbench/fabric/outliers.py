@@ -27,11 +27,20 @@ name the link between them. The drain list is the hosts named and the hosts of t
 """
 
 import statistics
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from commbench.core.groups import ranks_by_host
-from commbench.fabric.matrices import INTER, INTRA, NodeResult, pair_class
+from commbench.fabric.judging import (
+    MIN_COUNTERPARTS,
+    MIN_JUDGED,
+    Judged,
+    Judgements,
+    Measurements,
+    Values,
+    judge,
+)
+from commbench.fabric.matrices import INTER, INTRA, NodeResult
 from commbench.measure.robust import (
     BANDWIDTH,
     LATENCY,
@@ -42,10 +51,10 @@ from commbench.measure.robust import (
     robust_spread,
 )
 
+__all__ = ["DEFAULT_SLOW_FACTOR", "MIN_COUNTERPARTS", "MIN_JUDGED", "Judged", "Judgements", "Suspect",
+           "drain_list", "find_suspects", "outlying"]
+
 DEFAULT_SLOW_FACTOR = 2.0  # --slow-factor: the minimum relative gap
-MIN_JUDGED = 3  # fewer peers than this: nothing is judged
-MIN_COUNTERPARTS = 2  # a host or rank is scored only on measurements with at least this many others
-Values = dict[tuple[int, int], float]
 
 
 def outlying(scores: dict[Hashable, float], metric: Metric, factor: float) -> dict[Hashable, float]:
@@ -54,42 +63,6 @@ def outlying(scores: dict[Hashable, float], metric: Metric, factor: float) -> di
         return {}
     median, sigma = robust_spread(list(scores.values()))
     return {key: median for key, value in scores.items() if is_slow(value, median, sigma, metric, factor)}
-
-
-@dataclass(frozen=True)
-class Judged:
-    """One directed measurement against the unexplained measurements of its class."""
-
-    src: int
-    dst: int
-    metric: Metric
-    value: float
-    median: float
-    pair_class: str
-    slow: bool
-
-    @property
-    def ratio(self) -> float:
-        return relative(self.value, self.median)
-
-
-def judge(values: Values, hostnames: list[str], metric: Metric, factor: float, explained: set[int]
-          ) -> list[Judged]:
-    """Every measurement judged against those of its class that touch no rank in ``explained``."""
-    judged = []
-    for name in (INTRA, INTER):
-        members = sorted((pair, value) for pair, value in values.items()
-                         if pair_class(hostnames, *pair) == name)
-        peers = [value for pair, value in members if not explained.intersection(pair)]
-        if not members:
-            continue
-        median, sigma = robust_spread(peers or [value for _, value in members])
-        for (src, dst), value in members:
-            # what a named host or rank explains is already blamed: any unexplained peer is reference enough
-            enough = len(peers) >= (1 if explained.intersection((src, dst)) else MIN_JUDGED)
-            slow = enough and is_slow(value, median, sigma, metric, factor)
-            judged.append(Judged(src, dst, metric, value, median, name, slow))
-    return judged
 
 
 @dataclass
@@ -134,56 +107,31 @@ def _sentence(owner: str, mine: list[Judged], reference: float, peers: str) -> t
             f"{metric.unit}); {slow} of {len(mine)} are outliers on their own", as_bandwidth(ratio, metric))
 
 
-def _touching(judged: list[Judged], ranks: set[int], pair_class_name: str) -> list[Judged]:
-    return [item for item in judged if item.pair_class == pair_class_name and ranks.intersection((item.src,
-                                                                                                 item.dst))]
-
-
-def _class_scores(values: Values, hostnames: list[str], name: str, owner_of: Callable[[int], Hashable]
-                  ) -> dict[Hashable, float]:
-    """Each owner's median over its measurements of class ``name`` (``owner_of`` maps a rank to its
-    owner: its host, or itself, or None for none), for the owners whose measurements reach
-    MIN_COUNTERPARTS others (other hosts for a host, peers for a rank): with one, the measurements
-    would blame the link to it as much as the owner. One pass over the measurements."""
-    mine: dict[Hashable, list[float]] = {}
-    others: dict[Hashable, set[Hashable]] = {}
-    for (src, dst), value in values.items():
-        if pair_class(hostnames, src, dst) != name:
-            continue
-        for rank, other in ((src, dst), (dst, src)):
-            owner = owner_of(rank)
-            if owner is not None:
-                mine.setdefault(owner, []).append(value)
-                others.setdefault(owner, set()).add(hostnames[other] if owner == hostnames[rank] else other)
-    return {owner: statistics.median(found) for owner, found in mine.items()
-            if len(others[owner]) >= MIN_COUNTERPARTS}
-
-
 def blame_metric(values: Values, hostnames: list[str], metric: Metric, factor: float,
-                 suspects: dict[str, Suspect]) -> list[Judged]:
+                 suspects: dict[str, Suspect]) -> Judgements:
     """Steps 1 to 3 of the module docstring for one metric; the judged measurements."""
+    measured = Measurements.of(values, hostnames)
     hosts = {host: set(ranks) for host, ranks in ranks_by_host(hostnames).items()}
-    named_hosts = outlying(_class_scores(values, hostnames, INTER, hostnames.__getitem__), metric, factor)
+    named_hosts = outlying(measured.class_scores(True, True, set()), metric, factor)
     explained = {rank for suspect in suspects.values() if suspect.kind in ("host", "rank")
                  for rank in suspect.ranks}
     explained |= {rank for host in named_hosts for rank in hosts[host]}
     named_ranks: dict[tuple[int, str], float] = {}
-    for name in (INTRA, INTER):
-        scores = _class_scores(values, hostnames, name, lambda rank: None if rank in explained else rank)
-        for rank, median in outlying(scores, metric, factor).items():
+    for name, inter in ((INTRA, False), (INTER, True)):
+        for rank, median in outlying(measured.class_scores(inter, False, explained), metric, factor).items():
             named_ranks[(rank, name)] = median
     explained |= {rank for rank, _ in named_ranks}
-    judged = judge(values, hostnames, metric, factor, explained)
+    judged = judge(measured, metric, factor, explained)
     for host, reference in named_hosts.items():
-        sentence, score = _sentence(f"host {host}", _touching(judged, hosts[host], INTER), reference,
+        sentence, score = _sentence(f"host {host}", judged.touching(hosts[host], INTER), reference,
                                     "the other hosts")
         _add(suspects, Suspect("host", host, [host], sorted(hosts[host]), score), sentence)
     for (rank, name), reference in named_ranks.items():
         owner = f"rank {rank} ({hostnames[rank]})"
-        sentence, score = _sentence(owner, _touching(judged, {rank}, name), reference, "the other ranks")
+        sentence, score = _sentence(owner, judged.touching({rank}, name), reference, "the other ranks")
         _add(suspects, Suspect("rank", owner, [hostnames[rank]], [rank], score), sentence)
-    for item in judged:
-        if item.slow and not explained.intersection((item.src, item.dst)):
+    for item in judged.slow():
+        if item.src not in explained and item.dst not in explained:
             _blame_link(item, hostnames, suspects)
     return judged
 
@@ -216,11 +164,11 @@ KIND_ORDER = ("host", "rank", "link")
 
 
 def find_suspects(values_by_metric: dict[str, Values], hostnames: list[str], nodes: list[NodeResult],
-                  factor: float) -> tuple[list[Suspect], list[Judged]]:
+                  factor: float) -> tuple[list[Suspect], Judgements]:
     """The suspects (hosts, ranks, links; the worst first within each) and every judged measurement."""
     suspects: dict[str, Suspect] = {}
     blame_node_all_reduce(nodes, factor, hostnames, suspects)
-    judged: list[Judged] = []
+    judged = Judgements()
     for metric in (BANDWIDTH, LATENCY):
         judged += blame_metric(values_by_metric.get(metric.name, {}), hostnames, metric, factor, suspects)
     ordered = sorted(suspects.values(), key=lambda suspect: (KIND_ORDER.index(suspect.kind), suspect.score))

@@ -1,11 +1,12 @@
 """`commbench fabric` on the ranks: set up once, measure pass after pass, conclude, and exit accordingly.
 
-Every rank measures and gathers every other rank's times; rank 0's conclusions (what to recheck, the
-suspects) are broadcast, so all recheck together and exit with one status; rank 0's output alone
-records. The `fabric` part of results.json is rewritten after every pass, so an interrupted soak
-leaves the analysis of the passes it finished; once every row is in, the run is one table
-(Output.table_done), which the console shows as the matrices and the verdict (fabric.tables; an
-interrupted run shows those of the rows so far).
+Every rank measures and gathers every other rank's times; rank 0 alone builds the rows, records them
+and analyses them, and its conclusions (what to recheck, the suspects) are broadcast, so all recheck
+together and exit with one status (the other ranks keep no rows: a full pass has 2N(N-1)). The
+`fabric` part of results.json is rewritten after every pass, so an interrupted soak leaves the analysis
+of the passes it finished; once every row is in, the run is one table (Output.table_done), which the
+console shows as the matrices and the verdict (fabric.tables; an interrupted run shows those of the
+rows so far).
 """
 
 import os
@@ -71,10 +72,11 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     rows = repeat_until(config.launch.duration_s, partial(fabric_pass, ctx), output, backend,
                         after_pass=publish, passes=config.launch.passes)
     output.table_done(rows)
-    analysis = analyse(rows, hostnames, config.slow_factor)
+    analysis = analyse(rows, hostnames, config.slow_factor) if backend.rank == 0 else None
+    suspects = [suspect.name for suspect in analysis.suspects] if analysis is not None else None
     if outcome is not None:  # rank 0's verdict, so that every rank exits with the status it printed
-        outcome.suspects = backend.broadcast_object([suspect.name for suspect in analysis.suspects], root=0)
-    if backend.rank == 0:
+        outcome.suspects = backend.broadcast_object(suspects, root=0)
+    if analysis is not None:
         _fail_on_outlier_line(config, analysis)
     return rows
 
@@ -96,10 +98,11 @@ def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
     intra-node all_reduce), since one measurement can be disturbed by anything else on the machine."""
     rows = measure_rounds(ctx, ctx.schedule.rounds, output, ctx.phase)
     rows += measure_nodes(ctx, output, ctx.phase)
-    analysis = analyse(rows, ctx.hostnames, ctx.config.slow_factor)
-    # every rank analyses the same gathered rows; rank 0's decision is sent anyway, since ranks that
-    # disagreed on a recheck would wait on each other's collectives until --timeout
-    pairs, nodes = ctx.backend.broadcast_object((analysis.recheck_pairs(), analysis.recheck_nodes()), root=0)
+    decision = None
+    if ctx.backend.rank == 0:  # the others have no rows: rank 0 decides for all, so none is left waiting
+        analysis = analyse(rows, ctx.hostnames, ctx.config.slow_factor)
+        decision = (analysis.recheck_pairs(), analysis.recheck_nodes())
+    pairs, nodes = ctx.backend.broadcast_object(decision, root=0)
     if pairs:
         output.note(f"rechecking {len(pairs)} pair{'s' if len(pairs) > 1 else ''} that one measurement found "
                     f"slow: {', '.join(f'{low}-{high}' for low, high in pairs)}")

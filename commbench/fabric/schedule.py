@@ -9,12 +9,19 @@ Sampling (--sample K) keeps K rounds of that schedule, so each rank meets K peer
 gives it the bye) and the cost is K rounds, linear in N. The rounds are chosen greedily: first those
 that give a host not yet measured against another host an inter-node pair, then those that add the most
 (rank, peer host) combinations not yet seen, then those with the most inter-node pairs; ties go to the
-earlier round, so the choice is the same on every rank and in every run.
+earlier round, so the choice is the same on every rank and in every run. Beyond CANDIDATE_ROUNDS + 1
+ranks the choice is among CANDIDATE_ROUNDS rounds (or 2K) spread evenly over the schedule, each computed
+alone (circle_round): choosing costs time in N, where looking at all N-1 rounds would cost N^2 (294 s at
+4,096 ranks, scripts/bench_scale.py).
 """
 
+import heapq
 from dataclasses import dataclass
+from functools import lru_cache
 
 from commbench.errors import UsageError
+
+CANDIDATE_ROUNDS = 128  # a large world's --sample chooses among this many rounds (or 2K), evenly spread
 
 
 @dataclass(frozen=True)
@@ -33,24 +40,39 @@ class Round:
         return None
 
 
+def circle_round(world_size: int, index: int) -> Round:
+    """Round ``index`` of the circle schedule, computed alone (a large world's sampling looks at a few of
+    its N-1 rounds; building them all would cost time and memory in N^2). After ``index`` rounds, seat
+    i > 0 holds rank 1 + ((i - 1 - index) mod (seats - 1)): everyone but seat 0 has moved ``index``
+    seats on; the empty seat of an odd world is the last rank's number, world_size."""
+    count = world_size + world_size % 2
+    moving = count - 1
+    ranks = _ranks(world_size)  # the same int objects in every round: a full schedule holds N^2 of them
+
+    def seated(seat: int) -> int | None:
+        rank = 0 if seat == 0 else 1 + (seat - 1 - index) % moving
+        return None if rank == world_size else ranks[rank]
+
+    pairs, bye = [], None
+    for seat in range(count // 2):
+        first, second = seated(seat), seated(count - 1 - seat)
+        if first is None or second is None:
+            bye = second if first is None else first
+            continue
+        pairs.append((min(first, second), max(first, second)))
+    return Round(tuple(sorted(pairs)), bye)
+
+
+@lru_cache(maxsize=4)
+def _ranks(world_size: int) -> tuple[int, ...]:
+    return tuple(range(world_size))
+
+
 def circle_rounds(world_size: int) -> list[Round]:
     """The circle schedule of a world (see the module docstring); no rounds for fewer than 2 ranks."""
     if world_size < 2:
         return []
-    seats: list[int | None] = [*range(world_size), *([None] if world_size % 2 else [])]
-    count = len(seats)
-    rounds = []
-    for _ in range(count - 1):
-        pairs, bye = [], None
-        for index in range(count // 2):
-            first, second = seats[index], seats[count - 1 - index]
-            if first is None or second is None:
-                bye = second if first is None else first
-                continue
-            pairs.append((min(first, second), max(first, second)))
-        rounds.append(Round(tuple(sorted(pairs)), bye))
-        seats = [seats[0], seats[-1], *seats[1:-1]]  # everyone but seat 0 moves one seat on
-    return rounds
+    return [circle_round(world_size, index) for index in range(world_size + world_size % 2 - 1)]
 
 
 def check_sample(sample: int, world_size: int) -> None:
@@ -71,22 +93,45 @@ def _gains(candidate: Round, hostnames: list[str], hosts_seen: set[str], combos_
 
 
 def sample_rounds(rounds: list[Round], hostnames: list[str], sample: int) -> list[Round]:
-    """``sample`` rounds of ``rounds`` chosen as the module docstring says, in schedule order."""
+    """``sample`` rounds of ``rounds`` chosen as the module docstring says, in schedule order.
+
+    A round's gains only fall as rounds are chosen (the third, its inter-node pairs, stays), so the
+    gains last computed for a round bound its gains now: only a round that could still beat the best
+    is computed again ("lazy" greedy; the same choice as computing every round's gains every time)."""
     check_sample(sample, len(hostnames))
-    left = list(range(len(rounds)))
-    chosen: list[int] = []
     hosts_seen: set[str] = set()
     combos_seen: set[tuple[int, str]] = set()
-    while len(chosen) < sample and left:
-        # max() keeps the first of equal candidates: the earlier round
-        best = max(left, key=lambda index: _gains(rounds[index], hostnames, hosts_seen, combos_seen))
-        left.remove(best)
+
+    def key(index: int) -> tuple[tuple[int, ...], int]:  # the smallest is the best: ties to the earlier
+        return tuple(-gain for gain in _gains(rounds[index], hostnames, hosts_seen, combos_seen)), index
+
+    candidates = [key(index) for index in range(len(rounds))]
+    heapq.heapify(candidates)
+    chosen: list[int] = []
+    while len(chosen) < sample and candidates:
+        _, best = heapq.heappop(candidates)
+        now = key(best)
+        if candidates and now > candidates[0]:
+            heapq.heappush(candidates, now)
+            continue
         chosen.append(best)
         for a, b in rounds[best].pairs:
             combos_seen.update({(a, hostnames[b]), (b, hostnames[a])})
             if hostnames[a] != hostnames[b]:
                 hosts_seen.update({hostnames[a], hostnames[b]})
     return [rounds[index] for index in sorted(chosen)]
+
+
+def sample_candidates(world_size: int, sample: int) -> list[Round]:
+    """The rounds --sample chooses from: every round of the schedule, or in a world of more than
+    CANDIDATE_ROUNDS + 1 ranks that many (at least twice K) spread evenly over it, each computed alone,
+    so that sampling a large world costs time in N, not N^2."""
+    total = world_size + world_size % 2 - 1
+    wanted = max(CANDIDATE_ROUNDS, 2 * sample)
+    if total <= wanted:
+        return circle_rounds(world_size)
+    indices = sorted({round(position * (total - 1) / (wanted - 1)) for position in range(wanted)})
+    return [circle_round(world_size, index) for index in indices]
 
 
 def pack_rounds(pairs: list[tuple[int, int]]) -> tuple[Round, ...]:
@@ -127,7 +172,9 @@ def _count(number: int, noun: str) -> str:
 
 
 def make_schedule(hostnames: list[str], sample: int | None) -> Schedule:
-    rounds = circle_rounds(len(hostnames))
-    if sample is not None:
-        rounds = sample_rounds(rounds, hostnames, sample)
-    return Schedule(tuple(rounds), len(hostnames), sample)
+    world_size = len(hostnames)
+    if sample is None:
+        return Schedule(tuple(circle_rounds(world_size)), world_size)
+    check_sample(sample, world_size)
+    chosen = sample_rounds(sample_candidates(world_size, sample), hostnames, sample)
+    return Schedule(tuple(chosen), world_size, sample)

@@ -22,8 +22,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from commbench.backends.base import Backend
-from commbench.measure.stats import MIN_SAMPLES_FOR_CI, ci95_rel, slowest_rank_per_iteration
+from commbench.measure.stats import MIN_SAMPLES_FOR_CI, PerRank, ci95_rel, slowest_rank_per_iteration
 from commbench.measure.timing import BoundOp, TimedRegion, time_async, time_cuda_graph, time_sync
 
 ASYNC_WINDOWS = 10  # adaptive async mode splits its op count into about this many windows
@@ -91,35 +93,33 @@ class Interlude:
 
 @dataclass
 class Sampled:
-    per_rank_seconds: list[list[float]]  # [rank][sample], seconds per op
+    """Every rank's samples: [rank][sample] lists, or (a sweep's, gathered) 2-D arrays (stats.PerRank)."""
+
+    per_rank_seconds: PerRank  # [rank][sample], seconds per op
     ops: int  # ops timed in all
     # [rank][sample]: when the rank entered the sample, seconds after the barrier opening its region
-    per_rank_arrivals: list[list[float]] = field(default_factory=list)
+    per_rank_arrivals: PerRank = field(default_factory=list)
     # [rank][sample]: seconds per op as the host saw them (on CPU the samples themselves)
-    per_rank_host_seconds: list[list[float]] = field(default_factory=list)
+    per_rank_host_seconds: PerRank = field(default_factory=list)
 
     @property
     def slowest(self) -> list[float]:
         return slowest_rank_per_iteration(self.per_rank_seconds)
 
 
-def _extend(into: list[list[float]] | None, batch: list[list[float]]) -> list[list[float]]:
-    if into is None:
-        return [list(values) for values in batch]
-    for mine, new in zip(into, batch, strict=True):
-        mine.extend(new)
-    return into
+def _extend(into: np.ndarray | None, batch: np.ndarray) -> np.ndarray:
+    return batch if into is None else np.concatenate([into, batch], axis=1)
 
 
-def _gather(backend: Backend, regions: list[TimedRegion]) -> list[list[list[float]]]:
-    """Every rank's seconds, arrivals and host seconds of these regions, in one gather: three lists of
-    [rank][sample]."""
+def _gather(backend: Backend, regions: list[TimedRegion]) -> list[np.ndarray]:
+    """Every rank's seconds, arrivals and host seconds of these regions, in one gather: three arrays of
+    [rank][sample] (a Python float per value would cost seconds per size at thousands of ranks)."""
     series = [[value for region in regions for value in getattr(region, name)]
               for name in ("seconds", "arrivals", "host_seconds")]
-    gathered = backend.all_gather_floats([value for values in series for value in values])
+    gathered = backend.all_gather_array([value for values in series for value in values])
     found, start = [], 0
     for values in series:
-        found.append([rank_values[start:start + len(values)] for rank_values in gathered])
+        found.append(gathered[:, start:start + len(values)])
         start += len(values)
     return found
 
@@ -150,11 +150,11 @@ def _collect_adaptive(op: BoundOp, split: "Split", budget: IterationBudget, size
     batches until the count is spent or the median is precise enough. Every count is rank 0's."""
     policy, backend = budget.policy, op.backend
     probe_region = _gather(backend, [time_sync(op, 1, barrier_per_iter=policy.barrier_per_iter)])
-    probe = max(max(values) for values in probe_region[0])
+    probe = float(probe_region[0].max())
     plan = _sample_plan(split, budget, size_bytes, probe) if backend.rank == 0 else None
     ops_per_sample, samples_wanted, batch = backend.broadcast_object(plan)
     # seconds, arrivals, host seconds; in sync mode the probe, timed as every sample is, is the first
-    series: list[list[list[float]] | None] = [None, None, None]
+    series: list[np.ndarray | None] = [None, None, None]
     taken = 0
     if split.mode == "sync":
         series, taken, batch = probe_region, 1, batch - 1
@@ -168,8 +168,9 @@ def _collect_adaptive(op: BoundOp, split: "Split", budget: IterationBudget, size
         series = [_extend(mine, gathered) for mine, gathered in zip(series, _gather(backend, regions),
                                                                     strict=True)]
         taken += batch
-        batch = _agreed_next_batch(backend, series[0] or [], taken, samples_wanted, policy)
-    seconds, arrivals, host = (values or [] for values in series)
+        batch = _agreed_next_batch(backend, [] if series[0] is None else series[0], taken, samples_wanted,
+                                   policy)
+    seconds, arrivals, host = ([] if values is None else values for values in series)
     return Sampled(seconds, taken * ops_per_sample, arrivals, host)
 
 
@@ -200,7 +201,7 @@ def sync_samples(count: int, probe_seconds: float, policy: SamplingPolicy) -> in
     return count if count >= SAMPLES_FOR_INTERVAL else min(count, policy.min_iters)
 
 
-def _agreed_next_batch(backend: Backend, per_rank: list[list[float]], taken: int, wanted: int,
+def _agreed_next_batch(backend: Backend, per_rank: PerRank, taken: int, wanted: int,
                        policy: SamplingPolicy) -> int:
     """Rank 0's next batch, broadcast: every rank runs the same ops."""
     batch = _next_batch(slowest_rank_per_iteration(per_rank), taken, wanted, policy) if backend.rank == 0 \

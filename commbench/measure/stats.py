@@ -2,6 +2,14 @@
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+# Per-rank series ([rank][sample]) are lists of lists, or one 2-D array (a sweep's gathered samples:
+# at thousands of ranks a Python float per value would cost seconds per size), reduced with numpy.
+PerRank = Any
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -15,9 +23,24 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[low] * (1 - weight) + sorted_values[high] * weight
 
 
-def slowest_rank_per_iteration(per_rank: list[list[float]]) -> list[float]:
+def _matrix(per_rank: PerRank) -> np.ndarray:
+    """[rank][sample] as a 2-D array; ValueError when the ranks' series differ in length."""
+    values = np.asarray(per_rank, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"per-rank series of unequal lengths (shape {values.shape})")
+    return values
+
+
+def has_samples(per_rank: PerRank) -> bool:
+    """Whether [rank][sample] holds any sample (a timer may record no arrivals or host times)."""
+    return len(per_rank) > 0 and len(per_rank[0]) > 0
+
+
+def slowest_rank_per_iteration(per_rank: PerRank) -> list[float]:
     """An iteration ends when its last rank does: the max over ranks, iteration by iteration."""
-    return [max(values) for values in zip(*per_rank, strict=True)]
+    if len(per_rank) == 0:
+        return []
+    return _matrix(per_rank).max(axis=0).tolist()
 
 
 def _binomial_half_cdf(n: int) -> list[float]:
@@ -43,10 +66,17 @@ def median_ci95(sorted_values: list[float]) -> tuple[float, float] | None:
     n = len(sorted_values)
     if n < MIN_SAMPLES_FOR_CI:
         return None
+    lower = _ci95_lower_index(n)
+    return sorted_values[lower], sorted_values[n - 1 - lower]
+
+
+@lru_cache(maxsize=4096)
+def _ci95_lower_index(n: int) -> int:
+    """The 0-based index of the interval's lower bound among n sorted samples (one per n: a run asks
+    for the same few counts thousands of times)."""
     cdf = _binomial_half_cdf(n)  # cdf[j] = P(X <= j): the chance that x_(j+1) (0-based j) is above it
     first_above = next(j for j in range(n) if cdf[j] > 0.025)
-    lower = first_above - 1  # 0-based index of the lower bound: P(X <= lower) <= 2.5%
-    return sorted_values[lower], sorted_values[n - 1 - lower]
+    return first_above - 1  # P(X <= lower) <= 2.5%
 
 
 @dataclass(frozen=True)
@@ -101,13 +131,12 @@ def algbw_gbps(size_bytes: int, seconds: float) -> float | None:
     return size_bytes / seconds / 1e9
 
 
-def rank_means(per_rank: list[list[float]]) -> list[float]:
+def rank_means(per_rank: PerRank) -> list[float]:
     """Each rank's own mean over its samples (before the max over ranks)."""
-    return [sum(values) / len(values) for values in per_rank]
+    return _matrix(per_rank).mean(axis=1).tolist()
 
 
-def arrival_skews(arrivals_per_rank: list[list[float]], groups: list[list[int]] | None = None
-                  ) -> list[float]:
+def arrival_skews(arrivals_per_rank: PerRank, groups: list[list[int]] | None = None) -> list[float]:
     """Each rank's arrival skew: how long before the last rank of its group it entered, averaged over
     samples.
 
@@ -116,14 +145,15 @@ def arrival_skews(arrivals_per_rank: list[list[float]], groups: list[list[int]] 
     lists the global ranks of each; None: the world is one group). The rank the others waited for has
     a skew near 0.
     """
-    groups = groups or [list(range(len(arrivals_per_rank)))]
-    skews = [0.0] * len(arrivals_per_rank)
+    arrivals = _matrix(arrivals_per_rank)
+    if not groups or len(groups) == 1 and len(groups[0]) == len(arrivals):
+        groups = [list(range(len(arrivals)))]
+    skews = np.zeros(len(arrivals))
     for ranks in groups:
-        latest = [max(values) for values in zip(*(arrivals_per_rank[r] for r in ranks), strict=True)]
-        for rank in ranks:
-            mine = arrivals_per_rank[rank]
-            skews[rank] = sum(last - own for last, own in zip(latest, mine, strict=True)) / len(mine)
-    return skews
+        members = arrivals if len(ranks) == len(arrivals) else arrivals[list(ranks)]
+        # the mean of (latest - own) over samples, as the mean of the latest less the rank's own mean
+        skews[list(ranks)] = members.max(axis=0).mean() - members.mean(axis=1)
+    return skews.tolist()
 
 
 def last_to_arrive(skews: list[float], groups: list[list[int]] | None = None) -> int:

@@ -16,6 +16,7 @@ to this world that torch named default_pg is replayed on the default group itsel
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from commbench.core.dtypes import element_size
 from commbench.measure.collectives import REGISTRY
@@ -36,6 +37,10 @@ class ReplayGroup:
     members: tuple[int, ...]  # this world's global ranks, in group-rank order
     is_default: bool  # replayed on the default group instead of a new one
     recorded_size: int  # members of the recorded group
+
+    @cached_property
+    def member_set(self) -> frozenset[int]:
+        return frozenset(self.members)
 
 
 @dataclass(frozen=True)
@@ -85,9 +90,12 @@ class ReplayPlan:
     ops: dict[int, list[ReplayOp]]
     unmapped: Counter = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    _by_label: dict[str, ReplayGroup] = field(default_factory=dict, repr=False, compare=False)
 
     def group(self, label: str) -> ReplayGroup:
-        return next(group for group in self.groups if group.label == label)
+        if len(self._by_label) != len(self.groups):  # built once: asked once per operation
+            self._by_label = {group.label: group for group in self.groups}
+        return self._by_label[label]
 
 
 def _group_order(name: str) -> tuple:
@@ -118,7 +126,7 @@ def _place(op: RecordedOp, recorded: RecordedGroup, group: ReplayGroup, rank: in
     size = len(group.members)
     if op.name in P2P_OPS:
         peer = recorded.global_rank(op.peer or 0) + shift
-        if peer not in group.members:  # the replica's group holds exactly the ranks below N
+        if peer not in group.member_set:  # the replica's group holds exactly the ranks below N
             return f"{op.name} with a peer outside this world"
         source, destination = (rank, peer) if op.name == "send" else (peer, rank)
         key = (f"p2p {source}->{destination}", collective, op.dtype, numel(op.shape))

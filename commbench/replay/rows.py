@@ -48,7 +48,7 @@ def _key_records(plan: ReplayPlan) -> dict[tuple, KeyRecord]:
     for rank in range(plan.world_size):
         for op in plan.ops[rank]:
             record = found.setdefault(op.key, KeyRecord(op, [], []))
-            if rank not in record.ranks:
+            if not record.ranks or record.ranks[-1] != rank:  # ranks come in order: each once
                 record.ranks.append(rank)
             if op.recorded_us is not None:
                 record.recorded_us.append(op.recorded_us)

@@ -71,13 +71,16 @@ def _check_group_sizes(trace: Trace) -> None:
                                  "is missing")
 
 
-def _members_ops(trace: Trace, group: str) -> dict[int, dict[int, RecordedOp]]:
-    """Member rank -> seq -> its collective on ``group``."""
-    found: dict[int, dict[int, RecordedOp]] = {rank: {} for rank in trace.groups[group].ranks}
+def _collectives_by_group(trace: Trace) -> dict[str, dict[int, dict[int, RecordedOp]]]:
+    """Group -> member rank -> seq -> its collective on that group, in one pass over every operation
+    (a pass per group would be quadratic in a large job's ranks: it has groups in proportion to them)."""
+    found: dict[str, dict[int, dict[int, RecordedOp]]] = {
+        name: {rank: {} for rank in group.ranks} for name, group in trace.groups.items()}
     for rank, ops in trace.ops.items():
         for op in ops:
-            if op.group == group and op.name not in P2P_OPS and rank in found:
-                found[rank][op.seq] = op
+            members = found.get(op.group)
+            if op.name not in P2P_OPS and members is not None and rank in members:
+                members[rank][op.seq] = op
     return found
 
 
@@ -130,8 +133,9 @@ def _align_groups(trace: Trace) -> Trace:
     dropped: dict[str, int] = {}
     kept_keys: set[tuple[int, str, int]] = set()
     roots: dict[tuple[str, int], int] = {}
+    by_group = _collectives_by_group(trace)
     for name, group in trace.groups.items():
-        by_member = _members_ops(trace, name)
+        by_member = by_group[name]
         seqs = [set(ops) for ops in by_member.values()]
         if not any(seqs):
             continue
@@ -145,7 +149,7 @@ def _align_groups(trace: Trace) -> Trace:
                 if root is not None:
                     roots[(name, seq)] = root
         kept_keys.update((rank, name, seq) for rank in group.ranks for seq in common)
-    kept = {rank: [replace(op, root=roots.get((op.group, op.seq), op.root)) for op in ops
+    kept = {rank: [_with_root(op, roots) for op in ops
                    if op.name in P2P_OPS or (rank, op.group, op.seq) in kept_keys]
             for rank, ops in trace.ops.items()}
     aligned = trace.with_ops(kept)
@@ -155,6 +159,13 @@ def _align_groups(trace: Trace) -> Trace:
         aligned.notes.append(f"dropped operations recorded by only some members of their group ({listed}): "
                              "the ring buffer's start, a step in flight at the dump, or the --select cut")
     return aligned
+
+
+def _with_root(op: RecordedOp, roots: dict[tuple[str, int], int]) -> RecordedOp:
+    """The operation with the root its sizes told, copied only where that changes it (a copy of every
+    operation of a large job took most of the validation's time)."""
+    root = roots.get((op.group, op.seq), op.root)
+    return op if root == op.root else replace(op, root=root)
 
 
 def _check_point_to_point(trace: Trace) -> None:

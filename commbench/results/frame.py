@@ -33,7 +33,7 @@ PASS_COLUMNS = ["passes", "pass_spread_pct"]
 
 def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
     """Rows as a frame with the Row columns only (one run's, or rows still being measured)."""
-    records = [vars(row) for row in rows]
+    records = [[getattr(row, name) for name in ROW_COLUMNS] for row in rows]
     return pd.DataFrame.from_records(records, columns=ROW_COLUMNS).astype(ROW_DTYPES)
 
 

@@ -9,13 +9,14 @@ from commbench.core.sizes import format_size
 from commbench.measure.collectives import REGISTRY  # descriptors only: importing it imports no torch
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     """One measured (collective, dtype, op, placement, mode, size) point. Times in microseconds.
 
     A row whose op the backend rejected (or whose buffers could not be allocated) has ``error`` set and
     no times. ``wrong`` is None unless --check ran: then the wrong elements summed over ranks (and over
-    the checked ops of the row), ``first_wrong`` where the first one was.
+    the checked ops of the row), ``first_wrong`` where the first one was. Slotted: a fabric run keeps
+    millions (2N(N-1) per pass), and a dict per row is a third of their memory.
     """
 
     collective: str

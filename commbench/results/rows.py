@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from commbench.measure.stats import (
     algbw_gbps,
     arrival_skews,
+    has_samples,
     last_to_arrive,
+    rank_means,
     slowest_rank_per_iteration,
     summarize,
 )
@@ -45,11 +47,11 @@ def measured_fields(sampled: "Sampled", size_bytes: int, busbw_factor: float, ti
     summary = summarize(samples_us)
     host_us = microseconds([value * time_scale for value in
                             slowest_rank_per_iteration(sampled.per_rank_host_seconds)]) \
-        if sampled.per_rank_host_seconds and sampled.per_rank_host_seconds[0] else []
+        if has_samples(sampled.per_rank_host_seconds) else []
     algbw = algbw_gbps(size_bytes, summary.p50 * 1e-6)
-    skews = arrival_skews(sampled.per_rank_arrivals, members) if sampled.per_rank_arrivals else []
-    rank_means = [sum(values) / len(values) * time_scale
-                  for values in map(microseconds, sampled.per_rank_seconds)]
+    skews = arrival_skews(sampled.per_rank_arrivals, members) if has_samples(sampled.per_rank_arrivals) \
+        else []
+    means_us = microseconds([mean * time_scale for mean in rank_means(sampled.per_rank_seconds)])
     return dict(
         iters=sampled.ops, samples=len(samples_us), time_us_p50=summary.p50, time_us_p95=summary.p95,
         time_us_p99=summary.p99, time_us_min=summary.min, time_us_max=summary.max,
@@ -59,7 +61,7 @@ def measured_fields(sampled: "Sampled", size_bytes: int, busbw_factor: float, ti
         busbw_gbps=None if algbw is None else algbw * busbw_factor,
         skew_us_max=microseconds([max(skews)])[0] if skews else None,
         slowest_rank=last_to_arrive(skews, members) if skews else None,
-        samples_us=samples_us, rank_mean_us=rank_means, rank_skew_us=microseconds(skews))
+        samples_us=samples_us, rank_mean_us=means_us, rank_skew_us=microseconds(skews))
 
 
 def make_row(sampled: "Sampled | None", *, time_scale: float = 1.0, members: list[list[int]] | None = None,

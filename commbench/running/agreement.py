@@ -33,9 +33,10 @@ def agree(backend: Backend, error: str | None) -> str | None:
 
 def agree_with_time(backend: Backend, error: str | None, seconds: float) -> tuple[str | None, float]:
     """``agree``, and the largest of the ranks' ``seconds``, in the same gather."""
-    flags = backend.all_gather_floats([0.0 if error is None else 1.0, seconds])
-    slowest = max(value for _, value in flags)
-    if not any(flag for flag, _ in flags):
+    # one array, not a list per rank: thousands of small lists per size also wake the garbage collector
+    flags = backend.all_gather_array([0.0 if error is None else 1.0, seconds])
+    slowest = float(flags[:, 1].max())
+    if not flags[:, 0].any():
         return None, slowest
     texts = backend.all_gather_object(error)
     failing = [rank for rank, text in enumerate(texts) if text is not None]

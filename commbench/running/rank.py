@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed
 from commbench.config.launch import Benchmark, LaunchConfig
+from commbench.core.board import BOARD_ENV
 from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.core.sizes import parse_size
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
@@ -43,7 +44,8 @@ def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
     # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
     return Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
                       launcher_hosts_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
-                      attempt=environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+                      attempt=environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
+                      launcher_board=environ.get(BOARD_ENV, "") if info.launcher == "local" else "")
 
 
 def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:

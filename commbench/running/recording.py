@@ -96,10 +96,14 @@ class Recording:
         self.reporter.working(text)
 
     def row(self, row: Row) -> None:
-        self.writer.add(row)
-        self.table_rows.append(row)
-        self.reporter.row(row)
-        self.reporter.advance()
+        self.batch([row])
+
+    def batch(self, rows: list[Row]) -> None:
+        self.writer.add_all(rows)
+        for row in rows:
+            self.table_rows.append(row)
+            self.reporter.row(row)
+            self.reporter.advance()
 
     def table_done(self, rows: list[Row]) -> None:
         self.table_rows = []

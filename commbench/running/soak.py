@@ -31,9 +31,16 @@ class StampedOutput:
         self.rows: list[Row] = []
 
     def row(self, row: Row) -> None:
-        stamped = replace(row, elapsed_s=round(time.monotonic() - self.started, 3), repeat=self.repeat)
-        self.rows.append(stamped)
-        self.inner.row(stamped)
+        self.inner.row(self._stamped([row])[0])
+
+    def batch(self, rows: list[Row]) -> None:
+        self.inner.batch(self._stamped(rows))
+
+    def _stamped(self, rows: list[Row]) -> list[Row]:
+        elapsed = round(time.monotonic() - self.started, 3)
+        stamped = [replace(row, elapsed_s=elapsed, repeat=self.repeat) for row in rows]
+        self.rows.extend(stamped)
+        return stamped
 
     def note(self, text: str) -> None:
         self.inner.note(text)

@@ -1,9 +1,10 @@
 """Spawning and supervising local ranks when no launcher started commbench.
 
 ``spawn_local`` re-runs the command line as N local ranks (the environment launcher's variables set for
-each) and returns their exit status; it forwards signals, tells the survivors which rank died, and stops
-ranks that hang after a failure. ``run_on_local_ranks`` runs a Python function on N fresh processes
-joined in a gloo group, for scripts and tests that drive commbench's pieces directly.
+each) and returns their exit status; it forwards signals, tells the survivors which rank died (on a
+board of files, core/board.py: no torch is imported here), and stops ranks that hang after a failure.
+``run_on_local_ranks`` runs a Python function on N fresh processes joined in a gloo group, for scripts
+and tests that drive commbench's pieces directly.
 """
 
 import ctypes
@@ -18,9 +19,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from commbench.core.board import BOARD_ENV, LauncherBoard
 from commbench.core.groups import format_ranks
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
+# After a rank fails, the others get this long per core's worth of ranks to notice and exit on their own.
+FAILURE_GRACE_S = 4.0
 
 
 def free_port() -> int:
@@ -38,20 +42,33 @@ def _die_with_parent() -> None:
         pass
 
 
-def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grace_s: float = 4.0) -> int:
+def failure_grace(nproc: int, cores: int | None = None) -> float:
+    """How long the other ranks get to exit on their own after one failed: FAILURE_GRACE_S, times the
+    ranks per core when they outnumber the cores. A rank's exit (noticing, telling, interpreter and
+    torch teardown) takes CPU time, and on a crowded host every rank waits its turn for a core: 4 s
+    named healthy ranks as hung with 32 ranks on 2 cores."""
+    cores = cores or len(os.sched_getaffinity(0))
+    return round(FAILURE_GRACE_S * max(1.0, nproc / cores), 1)
+
+
+def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grace_s: float | None = None
+                ) -> int:
     """Run ``python -m commbench ARGV`` as ``nproc`` local ranks; their exit status is ours.
 
     After a signal the ranks get ``grace_s`` to finish their size and stop together; when one rank
-    fails the others get ``failure_grace_s`` to notice and exit on their own. Then they are stopped
-    (SIGTERM, then SIGKILL), and a rank that had to be stopped after a failure is named as hung;
-    a rank killed by a signal is announced to the others through the rendezvous store, so their
-    messages say which rank died. SIGINT and SIGTERM are forwarded (the ranks stop together at the
-    next size, or at once on a second signal); ranks run in their own process group so a terminal's
-    Ctrl-C reaches them once, through us, and die with us (PR_SET_PDEATHSIG) if we are killed.
+    fails the others get ``failure_grace_s`` (default: ``failure_grace``) to notice and exit on their
+    own. Then they are stopped (SIGTERM, then SIGKILL), and a rank that had to be stopped after a
+    failure is named as hung; a rank killed by a signal is recorded on the board (core/board.py) with
+    a count of the supervision passes, so the others' messages say which rank died. SIGINT and
+    SIGTERM are forwarded (the ranks stop together at the next size, or at once on a second signal);
+    ranks run in their own process group so a terminal's Ctrl-C reaches them once, through us, and
+    die with us (PR_SET_PDEATHSIG) if we are killed.
     """
     port = free_port()
+    board = LauncherBoard.create()
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks on one host share its cores
+    env[BOARD_ENV] = str(board.path)
     procs: list[subprocess.Popen] = []
     for rank in range(nproc):
         rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
@@ -72,8 +89,8 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        supervisor = _Supervisor(procs, port, received)
-        return supervisor.wait(grace_s, failure_grace_s)
+        supervisor = _Supervisor(procs, received, board)
+        return supervisor.wait(grace_s, failure_grace(nproc) if failure_grace_s is None else failure_grace_s)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -81,13 +98,15 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        board.remove()
 
 
 class _Supervisor:
     """Watches the spawned ranks until all have exited, deciding the exit status."""
 
-    def __init__(self, procs: list[subprocess.Popen], port: int, received: list[int]) -> None:
-        self.procs, self.port, self.received = procs, port, received
+    def __init__(self, procs: list[subprocess.Popen], received: list[int], board: LauncherBoard) -> None:
+        self.procs, self.received, self.board = procs, received, board
+        self.passes = 0
         self.first_failure: tuple[int, int] | None = None
         self.stopping = False
         self.stopped: list[int] = []  # ranks we had to stop after a failure: they were hung
@@ -96,14 +115,11 @@ class _Supervisor:
     def _note_failures(self, codes: list[int | None]) -> None:
         failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
         for rank, code in failed:
-            # A death we did not cause: tell the others which rank it was (rank 0 hosts the store, so
-            # its death cannot be told; the others find out when the store goes).
+            # A death we did not cause: tell the others which rank it was, on the board (a file: no
+            # torch to import and no store to reach, which goes with rank 0)
             if code < 0 and not self.stopping and not self.received and rank not in self.announced:
                 self.announced.add(rank)
-                if rank != 0:
-                    from commbench.backends.coordination import announce_death  # torch: only now
-
-                    announce_death("127.0.0.1", self.port, "0", rank, signal.Signals(-code).name)
+                self.board.record_death(rank, signal.Signals(-code).name)
         if self.first_failure is None and failed and not self.received:
             # Of ranks found failed at once, one killed by a signal is the cause, the others its effect.
             self.first_failure = min(failed, key=lambda item: (item[1] >= 0, item[0]))
@@ -122,6 +138,8 @@ class _Supervisor:
             codes = [proc.poll() for proc in self.procs]
             had_failure = self.first_failure is not None
             self._note_failures(codes)
+            self.passes += 1
+            self.board.record_pass(self.passes)  # after this pass's deaths: a failed rank waits for two
             if self.first_failure is not None and not had_failure:
                 deadline = time.monotonic() + failure_grace_s
             if all(code is not None for code in codes):

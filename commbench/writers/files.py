@@ -1,8 +1,11 @@
 """How a run writes its files as rows arrive (reading them back: results/saved.py).
 
-Rows are written as measured: the CSV synced per row, the JSON rewritten atomically (temporary file,
-fsync, rename) per row up to JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for fits,
-sections and the end. A stopped run keeps every row it finished; no reader sees a half-written JSON.
+Rows are written as measured: the CSV synced per row (per batch of rows measured together, such as a
+fabric round's), the JSON rewritten atomically (temporary file, fsync, rename) per row up to
+JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for fits, sections and the end. A
+stopped run keeps every row it finished; no reader sees a half-written JSON. Each row's JSON text is made
+once, when it arrives, one row per line: a rewrite joins the texts (re-encoding every row each time cost
+seconds per size at thousands of ranks, whose rows hold a value per rank).
 """
 
 import csv
@@ -11,7 +14,7 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +36,48 @@ def clean_for_json(value: Any) -> Any:
     return value
 
 
+def readable_json(value: Any, level: int = 0) -> str:
+    """JSON with dicts, and lists of containers, one item per line (indented by one space a level);
+    lists of plain values on one line: a rank matrix's row, a run's host names (a line per value
+    made a 1,024-rank matrix a million lines, written by Python's slow indenting encoder). NaN and
+    infinity are written as null."""
+    # a list is laid out by its first item: a matrix's rows are alike (looking at every value took seconds)
+    nested = isinstance(value, list) and value and isinstance(value[0], dict | list)
+    if isinstance(value, dict) and value or nested:
+        pad = "\n" + " " * (level + 1)
+        if isinstance(value, dict):
+            items = [f"{json.dumps(str(key))}: {readable_json(item, level + 1)}"
+                     for key, item in value.items()]
+            opening, closing = "{", "}"
+        else:
+            items = [readable_json(item, level + 1) for item in value]
+            opening, closing = "[", "]"
+        return opening + pad + ("," + pad).join(items) + "\n" + " " * level + closing
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:  # NaN or infinity: null (checked here, not by walking every value first)
+        return json.dumps(clean_for_json(value))
+
+
 def write_json_atomic(path: Path, payload: Any) -> None:
+    write_text_atomic(path, readable_json(payload))
+
+
+def row_json(row: Row) -> str:
+    """A row's JSON object on one line (NaN and infinity as null)."""
+    values = {field.name: getattr(row, field.name) for field in fields(row)}  # no deep copy of the lists
+    try:
+        return json.dumps(values, allow_nan=False)
+    except ValueError:
+        return json.dumps(clean_for_json(values))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
-            json.dump(clean_for_json(payload), out, indent=1)
+            out.write(text)
             out.write("\n")
             out.flush()
             os.fsync(out.fileno())
@@ -58,19 +97,25 @@ class ResultWriter:
         self.rows: list[Row] = []
         self.fits: list[dict[str, Any]] = []
         self.sections: dict[str, Any] = {}  # named parts beside the rows (fabric's matrices, suspects)
-        self._row_dicts: list[dict[str, Any]] = []  # each row's JSON form, made once
+        self._row_texts: list[str] = []  # each row's JSON text, made once
         self._json_due = 0.0  # time.monotonic() after which a new row rewrites the JSON
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        self._csv.writeheader()
+        self._csv = csv.writer(self._csv_file)
+        self._csv.writerow(CSV_COLUMNS)
         self._csv_file.flush()
         self._write_json()
 
     def add(self, row: Row) -> None:
-        self.rows.append(row)
-        self._row_dicts.append(values := asdict(row))
-        self._csv.writerow({key: "" if value is None else value for key, value in values.items()})
+        self.add_all([row])
+
+    def add_all(self, rows: list[Row]) -> None:
+        """Rows measured together: each CSV line written, then one sync for all of them."""
+        for row in rows:
+            self.rows.append(row)
+            self._row_texts.append(row_json(row))
+            self._csv.writerow(["" if (value := getattr(row, name)) is None else value
+                                for name in CSV_COLUMNS])
         self._csv_file.flush()
         os.fsync(self._csv_file.fileno())
         if len(self.rows) <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
@@ -95,6 +140,10 @@ class ResultWriter:
 
     def _write_json(self) -> None:
         started = time.monotonic()
-        write_json_atomic(self.json_path, {"schema": SCHEMA_VERSION, "meta": asdict(self.meta),
-                                           "rows": self._row_dicts, "fits": self.fits, **self.sections})
+        marker = f"rows written here {id(self)}"  # a string no part of the payload holds
+        meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
+        text = readable_json({"schema": SCHEMA_VERSION, "meta": meta, "rows": marker, "fits": self.fits,
+                              **self.sections})
+        rows = "[\n" + ",\n".join(self._row_texts) + "\n]" if self._row_texts else "[]"
+        write_text_atomic(self.json_path, text.replace(json.dumps(marker), rows, 1))
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))

@@ -3,7 +3,8 @@ to, and the null sink of the ranks that do not record.
 
 Rank 0 gets a recording output (recording.RecordingOutput: the files, then the console); every other
 rank gets ``NullOutput``. A producer calls ``plan`` once, ``working`` before each point, ``row`` as each
-row is measured, ``note`` for anything worth a line, ``table_done`` with the rows of each table,
+row is measured (``batch`` for rows measured together, such as a fabric round's: one sync of the files),
+``note`` for anything worth a line, ``table_done`` with the rows of each table,
 ``implementations_done`` with the rows of tables that differ only by implementation, and
 ``section`` for a named part of results.json beside the rows (fabric's matrices and suspects).
 """
@@ -23,6 +24,9 @@ class Output(Protocol):
         """Measuring the point described by ``text`` now."""
 
     def row(self, row: Row) -> None: ...
+
+    def batch(self, rows: list[Row]) -> None:
+        """Rows measured together, written at once (one sync of the files for all)."""
 
     def table_done(self, rows: list[Row]) -> None:
         """The rows of one table (a collective, dtype, op and placement; a pattern's run) are all in."""
@@ -49,6 +53,10 @@ class NullOutput:
 
     def row(self, row: Row) -> None:
         pass
+
+    def batch(self, rows: list[Row]) -> None:
+        for row in rows:
+            self.row(row)
 
     def table_done(self, rows: list[Row]) -> None:
         pass
