@@ -18,26 +18,27 @@ def start_commbench(*args: str, env: dict[str, str] | None = None) -> subprocess
 
 
 def _parent_and_rank(pid: int) -> tuple[int, int | None] | None:
+    """A process's parent and, for a rank commbench forked, its rank (named commbench-rN)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         parent = int(stat.rsplit(")", 1)[1].split()[1])
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
     except (OSError, ValueError, IndexError):
         return None
-    rank = next((int(item[5:]) for item in environ if item.startswith(b"RANK=")), None)
+    rank = int(name[len("commbench-r"):]) if name.startswith("commbench-r") else None
     return parent, rank
 
 
 def rank_processes(parent_pid: int, count: int, timeout: float = 60.0) -> dict[int, int]:
-    """rank -> pid of the ``count`` rank processes a spawner started."""
+    """rank -> pid of the ``count`` rank processes a spawner started (forked by its fork server, so
+    the spawner's grandchildren)."""
     deadline = time.monotonic() + timeout
     while True:
-        found = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                info = _parent_and_rank(int(entry.name))
-                if info is not None and info[0] == parent_pid and info[1] is not None:
-                    found[info[1]] = int(entry.name)
+        processes = {int(entry.name): _parent_and_rank(int(entry.name)) for entry in Path("/proc").iterdir()
+                     if entry.name.isdigit()}
+        children = {pid for pid, info in processes.items() if info is not None and info[0] == parent_pid}
+        found = {info[1]: pid for pid, info in processes.items()
+                 if info is not None and info[1] is not None and {info[0]} & (children | {parent_pid})}
         if len(found) == count or time.monotonic() > deadline:
             return found
         time.sleep(0.05)

@@ -1,6 +1,6 @@
 """The commands that need no backend answer without importing torch (it costs seconds): help, the file
 commands' help, and the usage errors found before any rank starts. A launcher that spawns local ranks
-does not import it either: only the ranks, which do the work, pay for it."""
+does not import it either: only the fork server its ranks are forked from pays for it, once."""
 
 import json
 import re
@@ -44,6 +44,24 @@ def _no_torch(modules: set[str]) -> bool:
     return not {name for name in modules if name == "torch" or name.startswith("torch.")}
 
 
+# The launcher's own modules, said as it exits: its fork server (which preloads torch) and the ranks run
+# with the same interpreter flags, so -X importtime would list theirs too.
+LAUNCHER = ("import atexit, json, sys\n"
+            "atexit.register(lambda: print('launcher modules:', json.dumps(sorted(sys.modules)),\n"
+            "                              file=sys.stderr))\n"
+            "from commbench.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+
+
+def _launcher_modules(*args: str) -> tuple[int, set[str]]:
+    """The exit status of a spawning launcher and the modules it had imported when it exited."""
+    result = subprocess.run([sys.executable, "-c", LAUNCHER, *args], capture_output=True, text=True,
+                            timeout=240, env=launcherless_env(), cwd=ROOT, stdin=subprocess.DEVNULL)
+    said = [line for line in result.stderr.splitlines() if line.startswith("launcher modules: ")]
+    assert len(said) == 1, result.stderr  # the launcher's alone: forked ranks skip exit handlers
+    return result.returncode, set(json.loads(said[0].split(": ", 1)[1]))
+
+
 @pytest.mark.parametrize("args", [
     ["--collective", "all_reduce", "--sizes", "1K", "--iters", "1", "--warmup", "0"],
     ["pattern", "fsdp", "--layers", "1", "--iters", "1"],
@@ -52,7 +70,7 @@ def _no_torch(modules: set[str]) -> bool:
 ], ids=lambda value: " ".join(value[:2]))
 def test_a_launcher_that_spawns_ranks_does_not_import_torch(args, tmp_path):
     json_path = tmp_path / "run.json"
-    returncode, modules = _imported_modules(*args, "--nproc", "2", "--quiet", "--json", str(json_path),
+    returncode, modules = _launcher_modules(*args, "--nproc", "2", "--quiet", "--json", str(json_path),
                                             "--csv", str(tmp_path / "run.csv"))
     assert returncode == 0 and "commbench.running.spawn" in modules
     assert _no_torch(modules)
@@ -63,7 +81,7 @@ def test_a_replay_launcher_does_not_import_torch(tmp_path, recordings):
     ddp = recordings.recording("ddp").directory
     json_path = tmp_path / "replay.json"
     files = ["--json", str(json_path), "--csv", str(tmp_path / "r.csv")]
-    returncode, modules = _imported_modules("replay", str(ddp), "--select", "last:1", "--iters", "1",
+    returncode, modules = _launcher_modules("replay", str(ddp), "--select", "last:1", "--iters", "1",
                                             "--quiet", *files)
     assert returncode == 0 and "commbench.running.spawn" in modules
     assert _no_torch(modules)

@@ -5,14 +5,17 @@ each) and returns their exit status; it forwards signals, tells the survivors wh
 board of files, core/board.py: no torch is imported here), and stops ranks that hang after a failure.
 ``run_on_local_ranks`` runs a Python function on N fresh processes joined in a gloo group, for scripts
 and tests that drive commbench's pieces directly.
+
+Both fork their ranks from one server process that imported torch and commbench once (multiprocessing's
+forkserver, preloading rank_start.PRELOAD): importing torch costs seconds of CPU, and N ranks each
+importing it on a laptop's few cores was most of a small run's time (scripts/bench_spawn.py measures
+both ways). The launcher itself still imports no torch.
 """
 
-import ctypes
 import multiprocessing
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 import traceback
@@ -21,6 +24,7 @@ from typing import Any
 
 from commbench.core.board import BOARD_ENV, LauncherBoard
 from commbench.core.groups import format_ranks
+from commbench.running.rank_start import PRELOAD, run_rank
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 # After a rank fails, the others get this long per core's worth of ranks to notice and exit on their own.
@@ -33,15 +37,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """In a spawned rank: get SIGTERM if the spawner dies, so no rank is ever orphaned (Linux)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def failure_grace(nproc: int, cores: int | None = None) -> float:
     """How long the other ranks get to exit on their own after one failed: FAILURE_GRACE_S, times the
     ranks per core when they outnumber the cores. A rank's exit (noticing, telling, interpreter and
@@ -49,6 +44,45 @@ def failure_grace(nproc: int, cores: int | None = None) -> float:
     named healthy ranks as hung with 32 ranks on 2 cores."""
     cores = cores or len(os.sched_getaffinity(0))
     return round(FAILURE_GRACE_S * max(1.0, nproc / cores), 1)
+
+
+def forking_context() -> Any:
+    """multiprocessing's forkserver, its server preloading torch and the modules a rank runs."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+class RankProcess:
+    """A forked rank seen through the interface the supervisor uses (subprocess.Popen's): poll() and
+    returncode are None while it runs, else its exit status, -N when signal N killed it."""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def send_signal(self, signum: int) -> None:
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:  # exited since the last poll
+            pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grace_s: float | None = None
@@ -66,18 +100,21 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     """
     port = free_port()
     board = LauncherBoard.create()
+    # As torchrun does: N ranks on one host share its cores. Set here, before the fork server starts,
+    # so that torch reads it there as a rank started afresh would.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks on one host share its cores
     env[BOARD_ENV] = str(board.path)
-    procs: list[subprocess.Popen] = []
+    context = forking_context()
+    procs: list[RankProcess] = []
     for rank in range(nproc):
         rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
                     "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                     LAUNCHER_ENV: "local"}
-        # -P: the working directory stays off the import path, so a folder there named commbench (the
-        # checkout, seen from the directory above it) cannot hide the installed package.
-        procs.append(subprocess.Popen([sys.executable, "-P", "-m", "commbench", *argv], env=rank_env,
-                                      process_group=0, preexec_fn=_die_with_parent))
+        process = context.Process(target=run_rank, args=(rank, list(argv), rank_env, os.getpid()),
+                                  name=f"rank {rank}")
+        process.start()
+        procs.append(RankProcess(process))
 
     received: list[int] = []
 
@@ -104,7 +141,7 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
 class _Supervisor:
     """Watches the spawned ranks until all have exited, deciding the exit status."""
 
-    def __init__(self, procs: list[subprocess.Popen], received: list[int], board: LauncherBoard) -> None:
+    def __init__(self, procs: list[RankProcess], received: list[int], board: LauncherBoard) -> None:
         self.procs, self.received, self.board = procs, received, board
         self.passes = 0
         self.first_failure: tuple[int, int] | None = None
@@ -189,7 +226,7 @@ def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tu
 def run_on_local_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
     """``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined in a gloo group; the
     values they return, by rank. ``fn`` must be importable (a module-level function)."""
-    context = multiprocessing.get_context("spawn")
+    context = forking_context()
     results = context.Queue()
     port = free_port()
     procs = [context.Process(target=_function_rank, args=(fn, rank, world_size, port, args, results))
