@@ -13,6 +13,7 @@ upper bound a run is refused by, and one far above what a run takes would refuse
 """
 
 import argparse
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -37,8 +38,11 @@ WRAPPER = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]
 def peak_bytes(args: list[str], output_dir: str) -> int:
     command = [sys.executable, "-m", "commbench", "pattern", "fsdp", *args, "--iters", "1", "--nproc",
                str(RANKS), "--max-memory", "1T", "--quiet", "--output-dir", output_dir]
+    # Ranks started as fresh interpreters, the wrapper's waited-for grandchildren: a forked rank's
+    # parent is the launcher's fork server, which nobody waits for, so getrusage would not see it.
+    env = {**os.environ, "COMMBENCH_RANK_START": "exec"}
     found = subprocess.run([sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True,
-                           check=True).stdout.split(maxsplit=2)
+                           check=True, env=env).stdout.split(maxsplit=2)
     if found[1] != "0":
         raise SystemExit(f"{' '.join(args)} failed (exit {found[1]}): {found[2]}")
     return int(found[0])

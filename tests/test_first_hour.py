@@ -66,8 +66,8 @@ def test_a_signal_after_the_ranks_completed_does_not_turn_the_run_into_an_interr
     stopped = [subprocess.Popen([sys.executable, "-c", "raise SystemExit(130)"]) for _ in range(2)]
     for proc in done + stopped:
         proc.wait()
-    assert _Supervisor(done, 0, [signal.SIGINT])._status(1.0) == 0
-    assert _Supervisor(stopped, 0, [signal.SIGINT])._status(1.0) == 130
+    assert _Supervisor(done, [signal.SIGINT], None)._status(1.0) == 0
+    assert _Supervisor(stopped, [signal.SIGINT], None)._status(1.0) == 130
 
 
 def test_a_rank_whose_work_is_done_ignores_a_late_signal():

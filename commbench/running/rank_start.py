@@ -7,6 +7,7 @@ imports what PRELOAD lists.
 """
 
 import ctypes
+import importlib
 import os
 import select
 import signal
@@ -16,7 +17,8 @@ import time
 
 # What the fork server imports once for every rank it forks: torch (seconds of CPU) and the modules every
 # rank runs. A module that fails to import there is imported by each rank instead, as before.
-PRELOAD = ["torch", "torch.distributed", "commbench.cli.main", "commbench.running.rank"]
+ENTRY, ENTRY_MAIN = "commbench.__main__", "commbench.cli.main"  # what `python -m commbench` runs
+PRELOAD = ["torch", "torch.distributed", ENTRY_MAIN, "commbench.running.rank"]
 
 _PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
 
@@ -73,8 +75,8 @@ def run_rank(rank: int, argv: list[str], environ: dict[str, str], launcher: int)
     os.environ.clear()
     os.environ.update(environ)
     _stop_with(launcher)
-    import commbench.__main__ as entry
-    from commbench.cli.main import main
-
-    sys.argv = [entry.__file__, *argv]
-    sys.exit(main(argv))
+    # The program a rank runs is named, as `python -m commbench` names it to a fresh interpreter: the
+    # command line sits above this layer (docs/architecture.md), which starts it without depending on it.
+    entry = importlib.import_module(ENTRY)
+    sys.argv = [str(entry.__file__), *argv]
+    sys.exit(importlib.import_module(ENTRY_MAIN).main(argv))
