@@ -180,3 +180,13 @@ def test_bench_scale_prints_every_step_at_every_world_with_its_growth_and_the_ta
     # and one step in a process of its own, as the script runs by default
     alone = run_script("bench_scale.py", "--worlds", "8,16", "--steps", "fabric schedule")
     assert re.search(r"^  N=   16\s+[0-9.]+ s .*\(pairs 120\)$", alone, re.MULTILINE)
+
+
+def test_bench_spawn_prints_both_ways_side_by_side_with_their_ratios():
+    out = run_script("bench_spawn.py", "--nproc", "2", "--rounds", "1")
+    wall, cpu = rf"\s+({NUMBER})s\s+({NUMBER})s\s+({NUMBER})", rf"\s+({NUMBER})s\s+({NUMBER})s\s+({NUMBER})"
+    row = re.search(rf"^\s+2{wall}{cpu}$", out, re.MULTILINE)
+    assert row, out
+    exec_wall, fork_wall, wall_ratio, exec_cpu, fork_cpu, cpu_ratio = (positive(v) for v in row.groups())
+    assert abs(wall_ratio - fork_wall / exec_wall) <= 0.01 + 0.01 * wall_ratio  # as printed, rounded
+    assert abs(cpu_ratio - fork_cpu / exec_cpu) <= 0.01 + 0.01 * cpu_ratio

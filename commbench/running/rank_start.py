@@ -30,6 +30,11 @@ def _prctl(option: int, value: int | bytes) -> None:
         pass
 
 
+def die_with_parent() -> None:
+    """In a rank started as a fresh interpreter: SIGTERM if the spawner dies (Linux)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _stop_with(launcher: int) -> None:
     """SIGTERM to this rank when the launcher dies, as a rank it started itself got by
     PR_SET_PDEATHSIG: a forked rank's parent is the fork server, which outlives the launcher until its

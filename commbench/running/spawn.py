@@ -6,16 +6,19 @@ board of files, core/board.py: no torch is imported here), and stops ranks that 
 ``run_on_local_ranks`` runs a Python function on N fresh processes joined in a gloo group, for scripts
 and tests that drive commbench's pieces directly.
 
-Both fork their ranks from one server process that imported torch and commbench once (multiprocessing's
-forkserver, preloading rank_start.PRELOAD): importing torch costs seconds of CPU, and N ranks each
-importing it on a laptop's few cores was most of a small run's time (scripts/bench_spawn.py measures
-both ways). The launcher itself still imports no torch.
+On Linux both fork their ranks from one server process that imported torch and commbench once
+(multiprocessing's forkserver, preloading rank_start.PRELOAD): importing torch costs seconds of CPU, and
+N ranks each importing it on a laptop's few cores was most of a small run's time (scripts/bench_spawn.py
+measures both ways). Elsewhere (macOS: forking a process that loaded Apple's frameworks is unsafe, which
+is why Python starts fresh interpreters there) and with COMMBENCH_RANK_START=exec, each rank is a fresh
+``python -P -m commbench``. The launcher itself imports no torch either way.
 """
 
 import multiprocessing
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -24,9 +27,11 @@ from typing import Any
 
 from commbench.core.board import BOARD_ENV, LauncherBoard
 from commbench.core.groups import format_ranks
-from commbench.running.rank_start import PRELOAD, run_rank
+from commbench.errors import UsageError
+from commbench.running.rank_start import PRELOAD, die_with_parent, run_rank
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
+RANK_START_ENV = "COMMBENCH_RANK_START"  # fork (from a server that imported torch) or exec (fresh python)
 # After a rank fails, the others get this long per core's worth of ranks to notice and exit on their own.
 FAILURE_GRACE_S = 4.0
 
@@ -44,6 +49,16 @@ def failure_grace(nproc: int, cores: int | None = None) -> float:
     named healthy ranks as hung with 32 ranks on 2 cores."""
     cores = cores or len(os.sched_getaffinity(0))
     return round(FAILURE_GRACE_S * max(1.0, nproc / cores), 1)
+
+
+def rank_start(environ: dict[str, str] | None = None, platform: str = sys.platform) -> str:
+    """How ranks start: 'fork' on Linux, 'exec' elsewhere, or what COMMBENCH_RANK_START says."""
+    chosen = (os.environ if environ is None else environ).get(RANK_START_ENV, "")
+    if chosen in ("fork", "exec"):
+        return chosen
+    if chosen:
+        raise UsageError(f"{RANK_START_ENV}={chosen!r} is not a way to start ranks: fork or exec")
+    return "fork" if platform.startswith("linux") else "exec"
 
 
 def forking_context() -> Any:
@@ -98,6 +113,7 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     ranks run in their own process group so a terminal's Ctrl-C reaches them once, through us, and
     die with us (PR_SET_PDEATHSIG) if we are killed.
     """
+    how = rank_start()  # a wrong COMMBENCH_RANK_START is said before anything starts
     port = free_port()
     board = LauncherBoard.create()
     # As torchrun does: N ranks on one host share its cores. Set here, before the fork server starts,
@@ -105,16 +121,10 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     env = dict(os.environ)
     env[BOARD_ENV] = str(board.path)
-    context = forking_context()
-    procs: list[RankProcess] = []
-    for rank in range(nproc):
-        rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
-                    "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                    LAUNCHER_ENV: "local"}
-        process = context.Process(target=run_rank, args=(rank, list(argv), rank_env, os.getpid()),
-                                  name=f"rank {rank}")
-        process.start()
-        procs.append(RankProcess(process))
+    rank_envs = [{**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
+                  "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                  LAUNCHER_ENV: "local"} for rank in range(nproc)]
+    procs = _start_ranks(argv, rank_envs, how)
 
     received: list[int] = []
 
@@ -138,10 +148,27 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
         board.remove()
 
 
+def _start_ranks(argv: list[str], rank_envs: list[dict[str, str]], how: str) -> list[Any]:
+    """The ranks, started as ``how`` says (rank_start): objects with Popen's poll, kill and the like."""
+    if how == "exec":
+        # -P: the working directory stays off the import path, so a folder there named commbench (the
+        # checkout, seen from the directory above it) cannot hide the installed package.
+        return [subprocess.Popen([sys.executable, "-P", "-m", "commbench", *argv], env=rank_env,
+                                 process_group=0, preexec_fn=die_with_parent) for rank_env in rank_envs]
+    context = forking_context()
+    procs = []
+    for rank, rank_env in enumerate(rank_envs):
+        process = context.Process(target=run_rank, args=(rank, list(argv), rank_env, os.getpid()),
+                                  name=f"rank {rank}")
+        process.start()
+        procs.append(RankProcess(process))
+    return procs
+
+
 class _Supervisor:
     """Watches the spawned ranks until all have exited, deciding the exit status."""
 
-    def __init__(self, procs: list[RankProcess], received: list[int], board: LauncherBoard) -> None:
+    def __init__(self, procs: list[Any], received: list[int], board: LauncherBoard) -> None:
         self.procs, self.received, self.board = procs, received, board
         self.passes = 0
         self.first_failure: tuple[int, int] | None = None
