@@ -1,5 +1,6 @@
 """Run a function on N real gloo ranks (separate processes) and collect what each returns."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -42,3 +43,28 @@ def torchrun(nproc: int, *args: str, timeout: float = 240.0, cwd: Path | None = 
                str(nproc), "-m", "commbench", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=launcherless_env(), cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+
+
+def _plain_refusals(rank: int, world_size: int) -> dict[str, str]:
+    import torch
+
+    from commbench.backends.torch_dist import TorchDistBackend
+    from commbench.measure.collectives import REGISTRY
+    from commbench.running.probe import try_op
+
+    backend = TorchDistBackend("gloo", torch.device("cpu"))
+    refused = {}
+    for name, collective in REGISTRY.items():  # every rank tries every one: a refusal is raised locally
+        error = try_op(backend, collective, "float32", "sum" if collective.reduces else "", "sync")
+        if error is not None:
+            refused[name] = error
+        backend.barrier()
+    return refused
+
+
+@functools.cache
+def collectives_gloo_refuses() -> dict[str, str]:
+    """The collectives this torch's gloo refuses outright (float32, op sum, sync), found by one tiny real
+    op of each on two fresh ranks (probe.try_op, as `commbench list` runs them), with rank 0's reason:
+    what a `--collective all` run must leave out and name. Empty on torch 2.12 and later."""
+    return run_ranks(_plain_refusals, 2)[0]

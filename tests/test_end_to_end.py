@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commbench.measure.collectives import REGISTRY
-from tests.dist_helpers import commbench, torchrun
+from tests.dist_helpers import collectives_gloo_refuses, commbench, torchrun
 
 pytestmark = pytest.mark.processes
 
@@ -30,11 +30,17 @@ def test_every_collective_on_local_ranks(tmp_path, nproc):
     assert result.returncode == 0, result.stderr
     rows, payload = _read(tmp_path)
     assert list(rows[0])[: len(REQUIRED_COLUMNS)] != [] and set(REQUIRED_COLUMNS) <= set(rows[0])
-    assert {row["collective"] for row in rows} == set(REGISTRY)
-    for name in REGISTRY:  # a table per collective
-        assert f"{name} · float32" in result.stdout
-    assert len(payload["rows"]) == len(rows)
+    # 'all' is every collective this torch's gloo can run (all_to_all from torch 2.12); the rest are named
+    refused = collectives_gloo_refuses()
     meta = payload["meta"]
+    assert meta["unavailable"] == refused
+    assert {row["collective"] for row in rows} == set(REGISTRY) - set(refused)
+    for name in REGISTRY:  # a table per collective that runs here
+        assert (f"{name} · float32" in result.stdout) == (name not in refused)
+    said = " ".join(result.stdout.split())  # the console wraps a long note
+    assert said.count("--collective all: left out") == (1 if refused else 0)
+    assert all(f"{name} ({why}" in said for name, why in refused.items())
+    assert len(payload["rows"]) == len(rows)
     assert meta["status"] == "complete" and meta["world_size"] == nproc and meta["backend"] == "gloo"
     assert meta["launcher"] == "local" and len(meta["hostnames"]) == nproc
     assert meta["torch_version"] and meta["commbench_version"] and meta["started_at"]

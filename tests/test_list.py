@@ -5,7 +5,7 @@ import torch
 
 from commbench.cli import main
 from commbench.measure.collectives import REGISTRY
-from tests.dist_helpers import commbench
+from tests.dist_helpers import collectives_gloo_refuses, commbench
 
 
 def _row(stdout: str, *first_cells: str) -> list[str]:
@@ -25,10 +25,19 @@ def test_list_probes_gloo_on_two_local_ranks():
     assert out.startswith("backend gloo · device cpu · 2 ranks")
     header = _row(out, "collective", "busbw factor n=2/4/8")
     assert header[2:5] == ["placements", "sync", "async"] and header[5] == "fp32"
+    refused = collectives_gloo_refuses()  # all_to_all before torch 2.12
     for name in REGISTRY:
         cells = _row(out, name)
-        # every collective runs in both modes on gloo; ping_pong's round trip has no async form
-        assert cells[3:5] == (["✓", "-"] if name == "ping_pong" else ["✓", "✓"]), cells
+        # every collective this gloo has runs in both modes; ping_pong's round trip has no async form
+        expected = ["✗", "✗"] if name in refused else ["✓", "-"] if name == "ping_pong" else ["✓", "✓"]
+        assert cells[3:5] == expected, cells
+    # a collective refused in every form is named once, with the torch that has it (probe.FIRST_TORCH)
+    named = [line for line in out.splitlines() if line.startswith("unavailable here: ")]
+    assert len(named) == len(refused)
+    for line, (name, why) in zip(named, refused.items(), strict=True):
+        assert line.startswith(f"unavailable here: {name} ({why}")
+        assert line.endswith("--collective all leaves it out")
+        assert ("; torch's gloo has it from 2.12)" in line) == (name == "all_to_all")
     assert _row(out, "all_reduce")[1] == "1/1.5/1.75"  # 2(n-1)/n
     assert _row(out, "all_reduce")[2] == "in-place, out-of-place"  # the default first
     assert _row(out, "broadcast")[2] == "in-place"

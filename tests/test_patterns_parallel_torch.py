@@ -3,7 +3,9 @@
 Tensor parallelism: Megatron-shaped layers (tests/torch_models.MegatronBlock) parallelized with
 torch.distributed.tensor.parallel (ColwiseParallel / RowwiseParallel, with and without SequenceParallel)
 over a gloo device mesh, one forward and backward recorded by the Flight Recorder (operation, elements,
-dtype; a gloo reduce-scatter shows as an all_reduce of its input). Pipeline parallelism:
+dtype; a gloo reduce-scatter shows as an all_reduce of its input). With sequence parallelism the
+column-parallel projections gather their input themselves and are checkpointed, so backward gathers it
+again as Megatron-LM does; the same program and records on torch 2.11 to 2.14.1. Pipeline parallelism:
 torch.distributed.pipelining's Schedule1F1B over three gloo stages, its sends and receives read from a
 torch.profiler chrome trace (the Flight Recorder does not record point-to-point on gloo): each stage's
 messages, peers and elements, in order. One recording on 3 ranks, shared by the tests.
@@ -37,11 +39,11 @@ FR_NAMES = {"all_gather_base": "gloo:all_gather", "reduce_scatter_base": "gloo:a
 
 
 def _tensor_parallel(model: torch.nn.Module, sequence_parallel: bool) -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
-        PrepareModuleInput,
         RowwiseParallel,
         SequenceParallel,
         parallelize_module,
@@ -50,15 +52,22 @@ def _tensor_parallel(model: torch.nn.Module, sequence_parallel: bool) -> None:
     mesh = init_device_mesh("cpu", (WORLD,))
     for block in model:
         plan = {"attention.wqkv": ColwiseParallel(), "feed_forward.w13": ColwiseParallel()}
-        if sequence_parallel:  # torchtitan's plan: norms on sequence shards, gathered before each block
-            gathered = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        if sequence_parallel:
+            # Norms on sequence shards; each column-parallel projection gathers its input itself (the
+            # blocks are ModuleDicts, never called, so a PrepareModuleInput hook on one would not run:
+            # torch 2.13 then gathered inside the projection's view, which torch 2.11's DTensor refuses).
             plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                         "attention": gathered, "feed_forward": gathered,
+                         "attention.wqkv": ColwiseParallel(input_layouts=Shard(1)),
+                         "feed_forward.w13": ColwiseParallel(input_layouts=Shard(1)),
                          "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
                          "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1))})
         else:
             plan.update({"attention.wo": RowwiseParallel(), "feed_forward.w2": RowwiseParallel()})
         parallelize_module(block, mesh, plan)
+        if sequence_parallel:
+            # As Megatron-LM: keep only the input's shard and gather it again for the weight's gradient
+            for projections, name in ((block.attention, "wqkv"), (block.feed_forward, "w13")):
+                projections[name] = checkpoint_wrapper(projections[name])
 
 
 def _record_tensor_parallel(rank: int, sequence_parallel: bool) -> list[tuple]:

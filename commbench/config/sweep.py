@@ -40,6 +40,9 @@ class RunConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     name: str = ""  # the benchmark's name in a sweep file, recorded in each row
     collectives: list[str] = field(default_factory=lambda: ["all_reduce"])
+    # --collective all: what the backend cannot run here is named and left out (set by resolve());
+    # a collective named on its own that cannot run is an error
+    all_collectives: bool = False
     sizes: list[int] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=lambda: ["float32"])
     modes: list[str] = field(default_factory=lambda: ["sync"])
@@ -235,7 +238,8 @@ def resolve(config: RunConfig) -> RunConfig:
     if config.cuda_graph and (launch.device != "cuda" or launch.backend != "nccl"):
         raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
                          "and --backend nccl")
-    return replace(config, launch=launch, collectives=collectives, dtypes=dtypes, modes=modes,
-                   ops=list(dict.fromkeys(config.ops)), placements=placements,
+    every = config.all_collectives or any(part.strip() == "all" for part in config.collectives)
+    return replace(config, launch=launch, collectives=collectives, all_collectives=every, dtypes=dtypes,
+                   modes=modes, ops=list(dict.fromkeys(config.ops)), placements=placements,
                    check=config.check or config.check_every > 0, splits=spec.text, split_matrix=matrix,
                    impls=impls)

@@ -40,7 +40,7 @@ from commbench.core.shipped import shipped_file, shipped_names
 from commbench.errors import UsageError, did_you_mean
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
-_NOT_IN_FILES = {"argv"}
+_NOT_IN_FILES = {"argv", "all_collectives"}  # set by the program, not by a file
 
 
 def field_keys(aliases: dict[str, str] | None = None) -> dict[str, str]:

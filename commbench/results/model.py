@@ -196,3 +196,4 @@ class RunMeta:
     hardware: dict[str, Any] = field(default_factory=dict)  # host name -> its hardware (provenance)
     nccl_log: dict[str, Any] = field(default_factory=dict)  # --nccl-debug: files, version, line counts
     expectations: dict[str, Any] = field(default_factory=dict)  # --expect/--fail-below: verdict summary
+    unavailable: dict[str, str] = field(default_factory=dict)  # left out by --collective all: name -> why

@@ -22,6 +22,11 @@ PROBE_ELEMENTS = 2  # per rank chunk: small enough to be instant, more than one 
 SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "i8",
                "uint8": "u8", "int32": "i32", "int64": "i64", "float8_e4m3fn": "f8e4m3",
                "float8_e5m2": "f8e5m2"}
+# From which torch release a backend runs a collective that earlier releases refuse outright. Verified
+# by running a 2-rank gloo all_to_all (the list form) on CPU: refused on torch 2.11.0 ("Backend gloo does
+# not support alltoall"), ran on 2.12.0, 2.13.0 and 2.14.1. `commbench list` on those four found no other
+# collective refused on one of them and run on another.
+FIRST_TORCH = {("gloo", "all_to_all"): "2.12"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,22 @@ def probe_all(backend: Backend) -> list[Probe]:
         errors = backend.all_gather_object(try_op(backend, REGISTRY[name], dtype, op, mode))
         found.append(Probe(name, dtype, op, mode, next((e for e in errors if e is not None), None)))
     return found
+
+
+def since_note(backend: str, collective: str) -> str:
+    """'; torch's gloo has it from 2.12' where a later torch runs what this one refuses, else ''."""
+    first = FIRST_TORCH.get((backend, collective))
+    return f"; torch's {backend} has it from {first}" if first else ""
+
+
+def refused_collectives(probes: list[Probe]) -> dict[str, str]:
+    """The collectives refused in every probe (no dtype, op or mode runs), with the first reason."""
+    refused: dict[str, str] = {}
+    for name in dict.fromkeys(probe.collective for probe in probes):
+        mine = [probe for probe in probes if probe.collective == name]
+        if not any(probe.supported for probe in mine):
+            refused[name] = mine[0].error or ""
+    return refused
 
 
 def _mark(probe: Probe | None) -> str:
@@ -135,6 +156,9 @@ def print_support(console: Console, probes: list[Probe], backend: Backend) -> No
         console.print("why refused:")
         for line in reasons:
             console.print(f"  {line}", markup=False)
+    for name, reason in refused_collectives(probes).items():
+        console.print(f"unavailable here: {name} ({reason}{since_note(backend.name, name)}); "
+                      f"--collective all leaves it out", markup=False)
     dtypes = [d for d in known_dtypes()
               if any(p.supported and p.dtype == d and p.collective == "all_reduce" for p in probes)]
     console.print(f"dtypes with all_reduce: {', '.join(dtypes) or 'none'}", markup=False)

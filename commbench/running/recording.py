@@ -118,6 +118,9 @@ class Recording:
     def section(self, name: str, payload: dict) -> None:
         self.writer.set_section(name, payload)
 
+    def unavailable(self, reasons: dict[str, str]) -> None:
+        self.writer.meta.unavailable.update(reasons)  # written with the next row, and at the end
+
     def close_console(self) -> None:
         self.reporter.close()
 

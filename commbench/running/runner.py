@@ -41,6 +41,7 @@ from commbench.results.model import Row, describe_row
 from commbench.results.passes import soak_lines
 from commbench.results.rows import make_row
 from commbench.running.agreement import agree, agree_with_time, attempt, count_of
+from commbench.running.availability import settle
 from commbench.running.buffers import allocate
 from commbench.running.implementations import (
     UNAVAILABLE,
@@ -90,8 +91,10 @@ def sampling_policy(config: RunConfig) -> SamplingPolicy:
 def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
                    session: Session | None = None) -> list[Row]:
     """A run: its benchmarks (one, or a sweep file's list) in order, in one process group; with
-    --duration or --repeat, again and again (a soak), then what the passes show."""
+    --duration or --repeat, again and again (a soak), then what the passes show. First, once, what the
+    backend cannot run here is found and left out (availability.py)."""
     setup = configs[0].launch
+    configs = [settle(config, backend, output) for config in configs]
 
     def one_pass(into: Output) -> list[Row]:
         return [row for config in configs for row in run_sweep(config, backend, into, session)]

@@ -60,6 +60,9 @@ class StampedOutput:
     def section(self, name: str, payload: dict) -> None:
         self.inner.section(name, payload)
 
+    def unavailable(self, reasons: dict[str, str]) -> None:
+        self.inner.unavailable(reasons)
+
 
 def repeat_until(duration_s: float | None, run_pass: "Callable[[Output], object]", output: "Output",
                  backend: "Backend", after_pass: Callable[[list[Row]], None] | None = None,

@@ -6,7 +6,8 @@ rank gets ``NullOutput``. A producer calls ``plan`` once, ``working`` before eac
 row is measured (``batch`` for rows measured together, such as a fabric round's: one sync of the files),
 ``note`` for anything worth a line, ``table_done`` with the rows of each table,
 ``implementations_done`` with the rows of tables that differ only by implementation, and
-``section`` for a named part of results.json beside the rows (fabric's matrices and suspects).
+``section`` for a named part of results.json beside the rows (fabric's matrices and suspects), and
+``unavailable`` for what a sweep left out because the backend cannot run it here.
 """
 
 from typing import Protocol
@@ -38,6 +39,10 @@ class Output(Protocol):
     def section(self, name: str, payload: dict) -> None:
         """Write ``payload`` as the part ``name`` of results.json, replacing an earlier one."""
 
+    def unavailable(self, reasons: dict[str, str]) -> None:
+        """Collectives the run left out because the backend cannot run them here, each with why
+        (results.json's ``meta["unavailable"]``)."""
+
 
 class NullOutput:
     """The ranks other than 0: measured rows go nowhere (rank 0 records them)."""
@@ -65,4 +70,7 @@ class NullOutput:
         pass
 
     def section(self, name: str, payload: dict) -> None:
+        pass
+
+    def unavailable(self, reasons: dict[str, str]) -> None:
         pass
