@@ -81,14 +81,24 @@ def test_nccl_symmetric_windows_flag_what_nccl_runs_on_its_regular_kernels():
     assert symm.expected_fallback(setting("all_gather_base", dtype="float64", op="")) is None
 
 
-def test_this_process_probe_names_what_a_cpu_build_lacks():
+def test_this_process_probe_names_what_a_cpu_run_lacks():
+    """On a CPU device every device feature is missing, whatever the build; the symmetric-memory kernels
+    are the build's: none in a CPU build, what the dispatcher lists for CUDA in a CUDA build (which has
+    them without a GPU)."""
     import torch
 
-    from commbench.backends.capabilities import probe_capabilities
+    from commbench.backends.capabilities import SYMMETRIC_OPS, _has_cuda_kernel, probe_capabilities
 
     found = probe_capabilities("gloo", torch.device("cpu"))
-    assert set(found.missing) >= set(FEATURES) - {"torchcomms"} and not found.kernels
-    assert found.kernel_missing("symm_mem::one_shot_all_reduce_out").startswith(f"torch {torch.__version__}")
+    assert set(found.missing) >= set(FEATURES) - {"torchcomms"}
+    assert all("not CUDA" in found.missing[feature] for feature in set(FEATURES) - {"torchcomms"})
+    assert found.kernels == {f"symm_mem::{op}" for op in SYMMETRIC_OPS if _has_cuda_kernel(op)}
+    if torch.version.cuda is None:  # the CPU build
+        assert not found.kernels
+    lacking = sorted({f"symm_mem::{op}" for op in SYMMETRIC_OPS} - found.kernels)
+    for op in lacking:
+        assert found.kernel_missing(op) == f"torch {torch.__version__} has no CUDA kernel for {op}"
+    assert all(found.kernel_missing(op) is None for op in found.kernels)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -117,8 +117,11 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     port = free_port()
     board = LauncherBoard.create()
     # As torchrun does: N ranks on one host share its cores. Set here, before the fork server starts,
-    # so that torch reads it there as a rank started afresh would.
+    # so that torch reads it there as a rank started afresh would. PYTHONSAFEPATH is -P for the server
+    # (and the ranks): a folder named commbench in the working directory (the checkout, seen from the
+    # directory above it) must not hide the installed package from the imports it preloads.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
     env = dict(os.environ)
     env[BOARD_ENV] = str(board.path)
     rank_envs = [{**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
