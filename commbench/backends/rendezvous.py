@@ -182,7 +182,7 @@ def _store_failure(rank: int, where: str, hosts_store: bool, exc: BaseException,
 
 def abort_communicators() -> None:
     """Abort this process's NCCL communicators, so kernels stuck on a dead peer return and the process
-    can exit. torch spells it differently across 2.1-2.13 (``_abort_process_group`` in recent releases,
+    can exit. torch spells it differently across releases (``_abort_process_group`` in recent releases,
     a backend's ``abort`` or ``_shutdown`` in older ones); best effort: the process exits next anyway."""
     from torch.distributed import distributed_c10d as c10d
 
