@@ -81,6 +81,39 @@ def test_the_store_s_host_stays_until_every_rank_has_read_the_problem_that_ends_
     assert found[0][1] == 4  # when the host returned, all four had read it
 
 
+def test_a_rank_that_joins_after_the_deadline_reads_the_verdict_before_the_host_leaves():
+    # rank 1 comes after rank 0's deadline: it must still find the store up and read who was missing
+    # (a rank that loses the store mid-request gets torch's C++ frames on its stderr)
+    def work(coordinator: Coordinator) -> tuple[str, int]:
+        if coordinator.rank == 1:
+            time.sleep(0.5)
+        try:
+            coordinator.join()
+        except RunError as exc:
+            return str(exc), coordinator._call("add", "joined/read", 0)
+        return "joined", 0
+
+    found = Ranks(2, timeout_s=0.2).run(work)
+    assert "rank 1 of 2 did not join" in found[0][0] and "did not join" in found[1][0]
+    assert found[0][1] == 2  # when the host returned, the late rank had read it too
+
+
+def test_after_every_rank_failed_the_host_leaves_last():
+    # every rank failed at once (a --timeout too short for the start): the others still read the
+    # accounts from the store after the host has read its own
+    def work(coordinator: Coordinator) -> int:
+        coordinator.report_failure(f"rank {coordinator.rank} timed out")
+        coordinator.await_accounts(grace_s=5)
+        if coordinator.rank != 0:
+            time.sleep(0.4)
+        coordinator.peer_accounts(include_failed=False)
+        coordinator.leave()
+        return coordinator._call("add", "left", 0)
+
+    found = Ranks(3).run(work)
+    assert found[0] == 3  # when the host returned, both others had left
+
+
 def test_old_step_keys_are_removed():
     ranks = Ranks(2)
     ranks.run(lambda c: [c.check_in("a", f"s{n}") for n in range(3)])

@@ -7,7 +7,7 @@ passes, the keys say which ranks did not arrive and where each was last seen. No
 a timed region.
 
 Keys (under a per-attempt prefix):
-  joined/<r>, joined, joined/all          process-group start
+  joined/<r>, joined, joined/outcome      process-group start ("all", or the ranks missing)
   <phase>/<label>/{n,<slot>}, <phase>/n   before the start: which ranks share a host, or a device
   <phase>/problem, <phase>/checked        the first problem any rank found in a phase
   at/<r>                                  "<step>\\n<label>": the last step rank r checked in at
@@ -22,6 +22,7 @@ wait at different keys and the timeout says which rank is where, instead of hang
 """
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +39,7 @@ _FAST_PAUSE_S = 0.02
 _SLOW_PAUSE_S = 0.2
 _FAST_PHASE_S = 1.0
 _TROUBLE_CHECK_S = 0.25
+_LINGER_S = 2.0  # how long the store's host waits, at most, for the others to finish reading
 
 
 def key_prefix(attempt: str) -> str:
@@ -126,29 +128,38 @@ class Coordinator:
     def join(self) -> None:
         """Return once every rank has joined; RunError naming the ranks that did not, at the deadline.
 
-        The first rank to reach the deadline publishes who is missing, so every rank that joined says
-        the same, and the rank hosting the store stays until they have read it.
+        One outcome for all: the last rank to join and the first to reach its deadline race to write
+        ``joined/outcome`` (compare_set writes it once), so a rank that comes after the deadline learns
+        that the start failed instead of going on alone. Every rank then says the same, and the rank
+        hosting the store stays until all of them have read it.
         """
         deadline = time.monotonic() + self.timeout_s
         self._call("set", f"joined/{self.rank}", "1")
         if self._call("add", "joined", 1) == self.world_size:
-            self._call("set", "joined/all", "1")
+            self._decide("joined/outcome", "all")
         try:
-            if self._wait("joined/all", deadline, also="joined/missing") == "joined/all":
-                return
-            missing_text = self._text("joined/missing") or ""
+            self._wait("joined/outcome", deadline)
+            outcome = self._text("joined/outcome") or ""
         except _Deadline:
-            missing_text = ",".join(str(r) for r in range(self.world_size) if not self._has(f"joined/{r}"))
-            if not self._has("joined/missing"):
-                self._call("set", "joined/missing", missing_text)
+            missing = ",".join(str(r) for r in range(self.world_size) if not self._has(f"joined/{r}"))
+            # every rank has its key set: the last is between its key and the count
+            outcome = self._decide("joined/outcome", f"missing:{missing}" if missing else "all")
         except _Trouble:
             raise CheckInFailed(f"process-group start failed on rank {self.rank}: "
                                 f"{self.peer_accounts() or 'another rank failed'}") from None
-        self._linger_until_read("joined/read", self._call("add", "joined", 0))
-        missing = [int(r) for r in missing_text.split(",") if r]
+        if outcome == "all":
+            return
+        # every rank is to read the verdict, late ones too (a rank still connecting to the store when
+        # its host exits loses it mid-handshake); one that never comes costs the host _LINGER_S
+        self._linger_until_read("joined/read", self.world_size)
+        missing_ranks = [int(r) for r in outcome.removeprefix("missing:").split(",") if r]
         raise CheckInFailed(f"process-group start timed out after {self.timeout_s:g} s on rank "
-                            f"{self.rank}: {format_ranks(missing)} of {self.world_size} did not join "
-                            f"(store {self.store_where})")
+                            f"{self.rank}: {format_ranks(missing_ranks)} of {self.world_size} did not "
+                            f"join (store {self.store_where})")
+
+    def _decide(self, key: str, value: str) -> str:
+        """Write ``key`` unless a rank already has; the value it holds now."""
+        return self._call("compare_set", key, "", value).decode(errors="replace")
 
     # --- before the process group: who shares a host or a device ---------------------------------
     def peers_under(self, phase: str, label: str) -> list[int]:
@@ -176,13 +187,18 @@ class Coordinator:
             self._linger_until_read(f"{phase}/read", self.world_size)
         return agreed
 
-    def _linger_until_read(self, counter: str, readers: int) -> None:
-        """Count this rank as having read what ends the start; the rank hosting the store then waits
-        (2 s at most) for the other readers, since its exit closes the store under them (the GPU check
-        saw a rank lose it mid-read, with C++ frames from c10d, when two ranks shared a device)."""
+    def _linger_until_read(self, counter: str, readers: int | Callable[[], int]) -> None:
+        """Count this rank as having read what ends the run; the rank hosting the store then waits
+        (_LINGER_S at most) for the other readers, since its exit closes the store under them: a rank
+        that loses it mid-request gets torch's C++ frames on its stderr (the GPU check saw it when two
+        ranks shared a device; CI when every rank timed out at once). ``readers`` is a count, or how to
+        count them again while waiting (ranks that join or fail late)."""
         read = self._call("add", counter, 1)
-        linger_until = time.monotonic() + 2.0
-        while self.hosts_store and read < readers and time.monotonic() < linger_until:
+        if not self.hosts_store:
+            return
+        count = readers if callable(readers) else lambda: readers
+        linger_until = time.monotonic() + _LINGER_S
+        while read < count() and time.monotonic() < linger_until:
             time.sleep(0.02)
             read = self._call("add", counter, 0)
 
@@ -294,6 +310,12 @@ class Coordinator:
                                       or self._launcher_passes() >= passes_then + 2):
                 return
             time.sleep(0.05)
+
+    def leave(self) -> None:
+        """This rank is done with the store after a failure (it has read the others' accounts). The
+        rank hosting the store stays until every rank not reported dead has left too, _LINGER_S at
+        most (a hung rank never leaves): the others fail in turn once they see this rank's failure."""
+        self._linger_until_read("left", lambda: self.world_size - self._call("add", "deaths", 0))
 
     def _launcher_passes(self) -> int:
         passes = None if self._board is None else self._board.passes()

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.backends.coordination import Coordinator, connect, key_prefix
+from commbench.backends.coordination import Coordinator, StoreLost, connect, key_prefix
 from commbench.backends.waiting import Waiter
 from commbench.core.board import LauncherBoard
 from commbench.core.devices import accepted_options
@@ -142,6 +142,18 @@ class StartUp:
     def agree(self, phase: str, problem: str | None) -> str | None:
         """The first problem any rank found in ``phase`` (without a store: this rank's own)."""
         return problem if self.coordinator is None else self.coordinator.agree_on_problem(phase, problem)
+
+    def give_up(self, detail: str, grace_s: float) -> None:
+        """This rank's start failed after the others met it: tell them, and (the store's host) stay
+        until they have read it, so none loses the store mid-request."""
+        if self.coordinator is None:
+            return
+        try:
+            self.coordinator.report_failure(detail)
+            self.coordinator.await_accounts(grace_s)
+            self.coordinator.leave()
+        except StoreLost:
+            pass  # the store went with its host: the others find out on their own
 
     def start(self, device: torch.device) -> Started:
         """The default process group on ``device``, then the control side group."""

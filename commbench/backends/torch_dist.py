@@ -185,7 +185,9 @@ class TorchDistBackend(Backend):
         try:
             self._coordinator.report_failure(detail)
             self._coordinator.await_accounts(grace_s)
-            return self._coordinator.peer_accounts(include_failed=False)
+            accounts = self._coordinator.peer_accounts(include_failed=False)
+            self._coordinator.leave()
+            return accounts
         except StoreLost as exc:
             return str(exc)
 

@@ -62,9 +62,11 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
     except (RunError, UsageError, AlreadyReported):
         raise
     except Exception as exc:
-        raise RunError(f"rank {info.rank}: the {name} process group did not start "
-                       f"(MASTER_ADDR={info.master_addr}, MASTER_PORT={info.master_port}, "
-                       f"timeout {setup.timeout_s:g} s): {brief(exc)}") from exc
+        error = (f"rank {info.rank}: the {name} process group did not start (MASTER_ADDR="
+                 f"{info.master_addr}, MASTER_PORT={info.master_port}, timeout {setup.timeout_s:g} s): "
+                 f"{brief(exc)}")
+        startup.give_up(error, min(FAILURE_GRACE_S, setup.timeout_s))
+        raise RunError(error) from exc
 
 
 def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
