@@ -46,8 +46,10 @@ def timed_run(command: list[str], timeout_s: float, cwd: Path) -> tuple[int, flo
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
         code, output = 124, f"{exc.stdout or ''}{exc.stderr or ''}"
-    tail = "\n".join(line for line in str(output).splitlines()[-6:])
-    return code, time.monotonic() - started, tail
+    lines = str(output).splitlines()
+    # a failed test's own lines (pytest's "E ..."), then the last lines: what failed and why
+    errors = [line for line in lines if line.startswith("E ")][:30]
+    return code, time.monotonic() - started, "\n".join(errors + lines[-6:])
 
 
 def sweep(args: argparse.Namespace) -> int:

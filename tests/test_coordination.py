@@ -235,6 +235,19 @@ def test_without_a_death_the_launchers_passes_end_the_grace(tmp_path):
     assert coordinator.peer_accounts(include_failed=False) == silent
 
 
+def test_the_host_does_not_wait_for_dead_ranks_to_leave(tmp_path):
+    # rank 2 died (the local launcher's board says so), rank 1 failed and left: the host goes at once
+    board = LauncherBoard(tmp_path)
+    board.record_death(2, "SIGKILL")
+    ranks = Ranks(3, timeout_s=20)
+    ranks.coordinators[1].leave()
+    host = _with_board(ranks, board)
+    started = time.monotonic()
+    host.leave()
+    assert time.monotonic() - started < 1.5  # not the 2 s it waits for a rank that may still read
+    assert host._call("add", "left", 0) == 2
+
+
 def test_a_death_on_the_board_stops_ranks_waiting_at_a_step_and_names_the_rank(tmp_path):
     # rank 0's death too: the store cannot carry it (rank 0 hosts it), the board can
     board = LauncherBoard(tmp_path)

@@ -315,7 +315,10 @@ class Coordinator:
         """This rank is done with the store after a failure (it has read the others' accounts). The
         rank hosting the store stays until every rank not reported dead has left too, _LINGER_S at
         most (a hung rank never leaves): the others fail in turn once they see this rank's failure."""
-        self._linger_until_read("left", lambda: self.world_size - self._call("add", "deaths", 0))
+        def alive() -> int:  # deaths a launcher reported, through the store or on its board
+            return self.world_size - max(self._call("add", "deaths", 0), len(self._board_deaths()))
+
+        self._linger_until_read("left", alive)
 
     def _launcher_passes(self) -> int:
         passes = None if self._board is None else self._board.passes()
