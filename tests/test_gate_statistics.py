@@ -56,16 +56,21 @@ def test_benjamini_hochberg_is_the_step_up_rule():
 
 
 def _gate_fails(base: np.ndarray, new: np.ndarray, line: float, level: float = 0.05) -> bool:
-    """The gate on one comparison of several points (rows of ``base`` and ``new``: passes)."""
+    """The gate on one comparison of several points of one collective (rows of ``base`` and ``new``:
+    passes): any point, or the points taken together (each pass's geometric mean over them)."""
     changes = [estimate_change(list(b), list(n)) for b, n in zip(base, new, strict=True)]
     q_values = benjamini_hochberg([change.p_beyond(line) for change in changes])
-    return any(q <= level and change.ratio > line for q, change in zip(q_values, changes, strict=True))
+    per_pass = [list(np.exp(np.log(side).mean(axis=0))) for side in (base, new)]
+    together = estimate_change(*per_pass)
+    return any(q <= level and change.ratio > line for q, change in zip(q_values, changes, strict=True)) \
+        or (together.p_beyond(line) <= level and together.ratio > line)
 
 
 @pytest.mark.parametrize("passes", [5, 10])
 def test_on_exchangeable_passes_the_gate_rarely_fails_and_catches_a_slowdown(passes):
     """20 points of noisy passes (log-normal, 20% spread, one pass in five twice as slow): identical
-    sides fail the gate at 10% in well under 1 of 20 comparisons; a 2x slowdown fails it every time."""
+    sides fail the gate at 10% in well under 1 of 20 comparisons; a 2x slowdown fails it every time, and
+    1.3x nearly every time."""
     rng = np.random.default_rng(11)
 
     def side(points: int, factor: float = 1.0) -> np.ndarray:
@@ -75,5 +80,9 @@ def test_on_exchangeable_passes_the_gate_rarely_fails_and_catches_a_slowdown(pas
     trials = 150
     false_alarms = sum(_gate_fails(side(20), side(20), 1.10) for _ in range(trials))
     detections = sum(_gate_fails(side(20), side(20, 2.0), 1.10) for _ in range(trials))
+    # 1.3x is too small beside each point's noise to be caught reliably at one point (29 and 77 of
+    # 150 at 5 and 10 passes when the gate judged points alone): the points together catch it
+    modest = sum(_gate_fails(side(20), side(20, 1.3), 1.10) for _ in range(trials))
     assert false_alarms / trials <= 0.02
     assert detections / trials >= 0.95
+    assert modest / trials >= 0.9

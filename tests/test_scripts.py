@@ -63,7 +63,7 @@ def test_bench_gate_counts_false_alarms_detections_and_scaled_slowdowns():
     out = run_script("bench_gate.py", "--comparisons", "1", "--repeat", "2", "--sizes", "1K", "--iters", "3",
                      "--collective", "all_reduce")
     assert "3 runs of --repeat 2" in out
-    assert re.search(r"2 passes: false alarms [01] of 1 \[(PASS|FAIL): at most 1 in 20\]; one-core slowdown "
+    assert re.search(r"2 passes: false alarms [01] of 1 \[(PASS|FAIL): at most 1 in 20\]; busy-core slowdown "
                      r"caught [01] of 1 \[(PASS|FAIL): at least 19 in 20\]", out), out
     scaled = r"2 passes: scaled slowdowns caught 1.15x [01]/1, .*, 3x [01]/1; smallest caught"
     assert re.search(scaled, out), out

@@ -7,7 +7,8 @@ of one key are that point's passes (the passes of `--repeat N`, of every file of
 both sides' times (the geometric mean of the passes' p50s), the change new/base worded
 "1.08x slower" or "1.10x faster", its 95% interval, whether it is significant, and how much the base's
 passes spread; the statistics are evidence.py's. Per collective, the geometric mean of the changes
-summarises the points. The gate (--fail-above) is gate.py's.
+summarises the points, and the same test on each pass's mean over the points (SeriesChange) says
+whether the collective as a whole changed. The gate (--fail-above) is gate.py's.
 
 Points are matched by a join of the sides' frames (commbench.results.frame) on the key.
 """
@@ -118,6 +119,27 @@ def pair_passes(base_rows: list[Row], new_rows: list[Row]) -> Pair:
 
 
 @dataclass
+class SeriesChange:
+    """One collective's points taken together: per pass, the geometric mean of its points' p50s.
+
+    A slowdown a few times the pass-to-pass noise of each point can be significant at none of them
+    and still be plain over all: the points of one pass share that pass's conditions, so their mean
+    is one draw per pass with less of each point's own noise, and passes remain the evidence."""
+
+    collective: str
+    points: int
+    passes: tuple[int, int]  # the passes on each side that measured every point
+    change: Change
+    base_spread_pct: float | None
+    q_value: float | None = None  # Benjamini-Hochberg over the comparison's collectives
+    significant: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return self.change.ratio
+
+
+@dataclass
 class RunComparison:
     base: Side
     new: Side
@@ -126,6 +148,7 @@ class RunComparison:
     only_new: list[Row]
     significance_level: float = 0.05
     notes: list[str] = field(default_factory=list)
+    series: list[SeriesChange] = field(default_factory=list)  # per collective, where testable
 
     def testable(self) -> list[Pair]:
         return [pair for pair in self.pairs if pair.change is not None and pair.change.testable]
@@ -162,6 +185,7 @@ def compare_runs(base: SavedRun | Sequence[SavedRun], new: SavedRun | Sequence[S
     only_new = [row for position, row in enumerate(new_rows) if position not in paired]
     comparison = RunComparison(base_side, new_side, pairs, only_base, only_new, significance_level)
     _judge_differences(comparison)
+    comparison.series = series_changes(comparison)
     return comparison
 
 
@@ -171,6 +195,43 @@ def _judge_differences(comparison: RunComparison) -> None:
     for pair, q in zip(testable, benjamini_hochberg([pair.p_value for pair in testable]), strict=True):
         pair.q_value = q
         pair.significant = q is not None and q <= comparison.significance_level
+
+
+def _pass_means(points: list[list[Row]], run_of: dict[int, int]) -> list[float]:
+    """Per pass (a file's --repeat pass) that measured every one of ``points``: the geometric mean of
+    their p50s."""
+    logs: dict[tuple[int, int], list[float]] = {}
+    for rows in points:
+        for row in rows:
+            if row.time_us_p50 is not None and row.time_us_p50 > 0:
+                logs.setdefault((run_of[id(row)], row.repeat), []).append(math.log(row.time_us_p50))
+    return [math.exp(sum(values) / len(values)) for values in logs.values() if len(values) == len(points)]
+
+
+def series_changes(comparison: RunComparison) -> list[SeriesChange]:
+    """Each collective with two or more testable points, its change over the passes that measured all
+    of them (SeriesChange), q-values by Benjamini-Hochberg over the collectives."""
+    def runs_of(side: Side) -> dict[int, int]:
+        return {id(row): index for index, run in enumerate(side.runs) for row in run.rows}
+
+    base_run, new_run = runs_of(comparison.base), runs_of(comparison.new)
+    by_collective: dict[str, list[Pair]] = {}
+    for pair in comparison.testable():
+        by_collective.setdefault(pair.base.collective, []).append(pair)
+    found = []
+    for name, pairs in by_collective.items():
+        if len(pairs) < 2:
+            continue  # one point: its own test is the collective's
+        base = _pass_means([pair.base_rows for pair in pairs], base_run)
+        new = _pass_means([pair.new_rows for pair in pairs], new_run)
+        change = estimate_change(base, new)
+        if change is not None and change.testable:
+            found.append(SeriesChange(name, len(pairs), (len(base), len(new)), change, pass_spread_pct(base)))
+    for series, q in zip(found, benjamini_hochberg([series.change.p_different() for series in found]),
+                         strict=True):
+        series.q_value = q
+        series.significant = q is not None and q <= comparison.significance_level
+    return found
 
 
 def geometric_means(pairs: Iterable[Pair]) -> dict[str, tuple[float, int, int, int]]:
@@ -245,11 +306,24 @@ def pair_tables(comparison: RunComparison) -> list[TextTable]:
 
 
 def summary_table(comparison: RunComparison) -> TextTable:
-    rows = [[name, str(count), change_text(ratio), str(slower), str(faster)]
-            for name, (ratio, count, slower, faster) in geometric_means(comparison.pairs).items()]
-    return TextTable("summary per collective (geometric mean of the p50 ratios)",
-                     ["collective", "points", "geomean change", "significantly slower",
-                      "significantly faster"], rows, left_columns=1)
+    """Per collective: the geometric mean of its points' changes, the interval and significance of its
+    passes taken together (SeriesChange), and how many points are significantly slower or faster
+    (`slower/faster`)."""
+    series = {found.collective: found for found in comparison.series}
+    rows = []
+    for name, (ratio, count, slower, faster) in geometric_means(comparison.pairs).items():
+        found = series.get(name)
+        if found is None:
+            interval, significance = "n/a", "n/a"
+        else:
+            low, high = found.change.low, found.change.high
+            interval = f"{low:.2f}-{high:.2f}" if low is not None and high is not None else "n/a"
+            significance = f"{'yes' if found.significant else 'no'} (q={found.q_value:.2g})"
+        rows.append([name, str(count), change_text(ratio), interval, significance, f"{slower}/{faster}"])
+    return TextTable("summary per collective (change: the geometric mean of its points' changes; interval "
+                     "and significance: of each pass's mean over the points)",
+                     ["collective", "points", "change", "95% new/base", "significant",
+                      "slower/faster"], rows, left_columns=1)
 
 
 def unmatched_lines(comparison: RunComparison) -> list[str]:

@@ -21,7 +21,7 @@ twice).
 - A point with fewer than MIN_PASSES passes on a side carries no run-to-run information: it gets a
   change but no interval and no significance.
 
-The measured false-alarm and detection rates of this rule are in docs/results.md (scripts/bench_gate.py).
+The measured false-alarm and detection rates of this rule are in docs/performance.md (scripts/bench_gate.py).
 """
 
 import math

@@ -3,17 +3,18 @@
 The gate (--fail-above PCT) fails (exit 1) when a point is significantly slower than the line
 t = 1 + PCT/100: its one-sided p-value that new/base exceeds t (evidence.py), adjusted by
 Benjamini-Hochberg over the comparison's testable points, is at most --significance-level, and its
-estimate is above t. It also fails when the sides do not measure the same points (no rows in common,
-or rows on one side only): a gate that compared nothing passes nothing. Points with one pass on a side
-are not judged (samples within one pass say nothing of the next run): a comparison with no point
-judged passes and says that repetitions are needed. Without a gate a mismatch is a warning on stderr.
+estimate is above t; likewise a collective, its points taken together per pass
+(compare.SeriesChange), adjusted over the comparison's collectives. It also fails when the sides do not
+measure the same points (no rows in common, or rows on one side only): a gate that compared nothing
+passes nothing. Points with one pass on a side are not judged (samples within one pass say nothing of
+the next run): a comparison with no point judged passes and says that repetitions are needed. Without
+a gate a mismatch is a warning on stderr.
 """
 
 import sys
 from dataclasses import dataclass, field
 
 from commbench.analysis.compare import (
-    Pair,
     RunComparison,
     change_text,
     compare_runs,
@@ -23,7 +24,7 @@ from commbench.analysis.compare import (
     summary_table,
     unmatched_lines,
 )
-from commbench.analysis.evidence import benjamini_hochberg
+from commbench.analysis.evidence import Change, benjamini_hochberg
 from commbench.errors import UsageError
 from commbench.results.kinds import check_comparable
 from commbench.results.saved import SavedRun, expand_paths, load_run
@@ -35,28 +36,44 @@ REPEAT_HINT = ("run both sides with --repeat 5 or more (or give a side several f
 
 @dataclass(frozen=True)
 class Slowdown:
-    """A point the gate fails on, with the q-value of its slowdown beyond the line."""
+    """What the gate fails on (a point, or a collective's points together), with the q-value of its
+    slowdown beyond the line."""
 
-    pair: Pair
+    what: str
+    collective: bool  # a collective's points taken together, not one point
+    change: Change
+    base_spread_pct: float | None
+    base_passes: int
     q_value: float
 
     def describe(self) -> str:
-        pair, change = self.pair, self.pair.change
-        assert change is not None and change.low is not None and change.high is not None
-        spread = pair.base_spread_pct
-        base = f"±{spread:.0f}% over {pair.passes[0]} passes" if spread is not None else "one pass"
-        return (f"{describe_point(pair)}: {change_text(change.ratio)} (new/base {change.ratio:.2f}, 95% "
+        change = self.change
+        assert change.low is not None and change.high is not None
+        spread = self.base_spread_pct
+        base = f"±{spread:.0f}% over {self.base_passes} passes" if spread is not None else "one pass"
+        return (f"{self.what}: {change_text(change.ratio)} (new/base {change.ratio:.2f}, 95% "
                 f"{change.low:.2f}-{change.high:.2f}; base spread {base}; q={self.q_value:.2g})")
 
 
 def slowdowns(comparison: RunComparison, fail_above_pct: float) -> list[Slowdown]:
-    """The points significantly slower than 1 + PCT/100 (Benjamini-Hochberg over the testable ones)."""
+    """The points significantly slower than 1 + PCT/100 (Benjamini-Hochberg over the testable ones),
+    then the collectives whose points together are (Benjamini-Hochberg over the collectives): a
+    slowdown spread over a collective's points, too small beside each point's noise to show at one."""
     line = 1.0 + fail_above_pct / 100.0
+    found = []
     testable = comparison.testable()
     q_values = benjamini_hochberg([pair.change.p_beyond(line) for pair in testable if pair.change])
-    return [Slowdown(pair, q) for pair, q in zip(testable, q_values, strict=True)
-            if q is not None and q <= comparison.significance_level and pair.ratio is not None
-            and pair.ratio > line]
+    for pair, q in zip(testable, q_values, strict=True):
+        if q is not None and q <= comparison.significance_level and pair.change and pair.change.ratio > line:
+            found.append(Slowdown(describe_point(pair), False, pair.change, pair.base_spread_pct,
+                                  pair.passes[0], q))
+    series = comparison.series
+    q_values = benjamini_hochberg([each.change.p_beyond(line) for each in series])
+    for each, q in zip(series, q_values, strict=True):
+        if q is not None and q <= comparison.significance_level and each.ratio > line:
+            what = f"{each.collective}, its {each.points} points together (each pass's geometric mean)"
+            found.append(Slowdown(what, True, each.change, each.base_spread_pct, each.passes[0], q))
+    return found
 
 
 @dataclass
@@ -104,8 +121,8 @@ def show_comparison(out: Printer, comparison: RunComparison) -> None:
 def statistics_note(comparison: RunComparison) -> str:
     """How the table's interval and significance were reached, and what was not testable."""
     untestable = len(comparison.untestable())
-    note = (f"passes are the evidence: 95% intervals by a bootstrap over passes, significance by "
-            f"Benjamini-Hochberg at a false discovery rate of {comparison.significance_level:g}")
+    note = (f"passes are the evidence: 95% intervals by Welch's t on the passes' log p50s, significance "
+            f"by Benjamini-Hochberg at a false discovery rate of {comparison.significance_level:g}")
     if untestable:
         note += (f"; {untestable} of {len(comparison.pairs)} points have one pass on a side and no "
                  f"significance: {REPEAT_HINT}")
@@ -117,7 +134,8 @@ class Verdict:
     """What the gate found over every comparison of one command."""
 
     comparisons: int
-    slowdowns: list[str] = field(default_factory=list)
+    slowdowns: list[str] = field(default_factory=list)  # the points', then the collectives'
+    collectives: int = 0  # of the slowdowns, how many are a collective's points taken together
     mismatches: list[str] = field(default_factory=list)
     unjudged: list[str] = field(default_factory=list)  # comparisons none of whose points could be judged
 
@@ -129,11 +147,13 @@ def gate_verdict(out: Printer, fail_above: float, verdict: Verdict) -> int:
     """Print the regression gate's verdict (stdout, and one stderr line per kind of finding); its status."""
     gate = f"regression gate (--fail-above {fail_above:g}%)"
     if verdict.slowdowns:
-        out.say(f"{gate}: FAILED, {len(verdict.slowdowns)} significant slowdowns above {fail_above:g}%:")
+        count = (f"{len(verdict.slowdowns)} significant slowdowns above {fail_above:g}% "
+                 f"({len(verdict.slowdowns) - verdict.collectives} points, {verdict.collectives} "
+                 f"collectives taken together)")
+        out.say(f"{gate}: FAILED, {count}:")
         for line in verdict.slowdowns:
             out.item(line)
-        print(f"commbench: regression: {len(verdict.slowdowns)} significant slowdowns above {fail_above:g}% "
-              f"(first: {verdict.slowdowns[0]})", file=sys.stderr)
+        print(f"commbench: regression: {count} (first: {verdict.slowdowns[0]})", file=sys.stderr)
     if verdict.mismatches:
         which = "1 comparison does" if len(verdict.mismatches) == 1 else \
             f"{len(verdict.mismatches)} comparisons do"
@@ -187,8 +207,9 @@ def compare_command(paths: list[str], fail_above: float | None, significance_lev
         elif problem:
             verdict.mismatches.append(problem)
         if fail_above is not None:
-            verdict.slowdowns.extend(f"{comparison.new.path}: {found.describe()}"
-                                     for found in slowdowns(comparison, fail_above))
+            found = slowdowns(comparison, fail_above)
+            verdict.slowdowns.extend(f"{comparison.new.path}: {each.describe()}" for each in found)
+            verdict.collectives += sum(each.collective for each in found)
             if comparison.pairs and not comparison.testable():
                 verdict.unjudged.append(comparison.new.path)
     return 0 if fail_above is None else gate_verdict(out, fail_above, verdict)
