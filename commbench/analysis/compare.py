@@ -200,12 +200,13 @@ def _judge_differences(comparison: RunComparison) -> None:
 def _pass_means(points: list[list[Row]], run_of: dict[int, int]) -> list[float]:
     """Per pass (a file's --repeat pass) that measured every one of ``points``: the geometric mean of
     their p50s."""
-    logs: dict[tuple[int, int], list[float]] = {}
+    p50s: dict[tuple[int, int], list[float]] = {}
     for rows in points:
         for row in rows:
             if row.time_us_p50 is not None and row.time_us_p50 > 0:
-                logs.setdefault((run_of[id(row)], row.repeat), []).append(math.log(row.time_us_p50))
-    return [math.exp(sum(values) / len(values)) for values in logs.values() if len(values) == len(points)]
+                p50s.setdefault((run_of[id(row)], row.repeat), []).append(row.time_us_p50)
+    return [mean for values in p50s.values()
+            if len(values) == len(points) and (mean := geometric_mean(values)) is not None]
 
 
 def series_changes(comparison: RunComparison) -> list[SeriesChange]:
@@ -259,12 +260,10 @@ def change_text(ratio: float | None) -> str:
     return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
 
 
-def interval_text(pair: Pair) -> str:
+def interval_text(change: Change | None) -> str:
     """The 95% interval of new/base, '0.93-1.31'; '-' without one."""
-    change = pair.change
-    if change is None or change.low is None or change.high is None:
-        return "-"
-    return f"{change.low:.2f}-{change.high:.2f}"
+    found = None if change is None else change.interval()
+    return "-" if found is None else f"{found[0]:.2f}-{found[1]:.2f}"
 
 
 def spread_text(pair: Pair) -> str:
@@ -284,12 +283,12 @@ def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _significance(pair: Pair) -> str:
-    if pair.change is not None and not pair.change.testable:
+def _significance(change: Change | None, q_value: float | None, significant: bool) -> str:
+    if change is not None and not change.testable:
         return "n/a (1 pass)"
-    if pair.q_value is None:
+    if q_value is None:
         return "n/a"
-    return f"{'yes' if pair.significant else 'no'} (q={pair.q_value:.2g})"
+    return f"{'yes' if significant else 'no'} (q={q_value:.2g})"
 
 
 def pair_tables(comparison: RunComparison) -> list[TextTable]:
@@ -300,7 +299,8 @@ def pair_tables(comparison: RunComparison) -> list[TextTable]:
     columns = ["size", "mode", "base µs", "new µs", "change", "95% new/base", "significant", "base spread"]
     return [TextTable(title, columns, [
         [format_size(p.base.size_bytes), p.base.mode, _number(p.base_p50, 1), _number(p.new_p50, 1),
-         change_text(p.ratio), interval_text(p), _significance(p), spread_text(p)] for p in pairs],
+         change_text(p.ratio), interval_text(p.change), _significance(p.change, p.q_value, p.significant),
+         spread_text(p)] for p in pairs],
         left_columns=2)
         for title, pairs in groups.items()]
 
@@ -316,9 +316,8 @@ def summary_table(comparison: RunComparison) -> TextTable:
         if found is None:
             interval, significance = "n/a", "n/a"
         else:
-            low, high = found.change.low, found.change.high
-            interval = f"{low:.2f}-{high:.2f}" if low is not None and high is not None else "n/a"
-            significance = f"{'yes' if found.significant else 'no'} (q={found.q_value:.2g})"
+            interval = interval_text(found.change)
+            significance = _significance(found.change, found.q_value, found.significant)
         rows.append([name, str(count), change_text(ratio), interval, significance, f"{slower}/{faster}"])
     return TextTable("summary per collective (change: the geometric mean of its points' changes; interval "
                      "and significance: of each pass's mean over the points)",

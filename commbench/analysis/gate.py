@@ -20,6 +20,7 @@ from commbench.analysis.compare import (
     compare_runs,
     coverage_problem,
     describe_point,
+    interval_text,
     pair_tables,
     summary_table,
     unmatched_lines,
@@ -48,11 +49,10 @@ class Slowdown:
 
     def describe(self) -> str:
         change = self.change
-        assert change.low is not None and change.high is not None
         spread = self.base_spread_pct
         base = f"±{spread:.0f}% over {self.base_passes} passes" if spread is not None else "one pass"
         return (f"{self.what}: {change_text(change.ratio)} (new/base {change.ratio:.2f}, 95% "
-                f"{change.low:.2f}-{change.high:.2f}; base spread {base}; q={self.q_value:.2g})")
+                f"{interval_text(change)}; base spread {base}; q={self.q_value:.2g})")
 
 
 def slowdowns(comparison: RunComparison, fail_above_pct: float) -> list[Slowdown]:
