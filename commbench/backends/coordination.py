@@ -311,6 +311,15 @@ class Coordinator:
                 return
             time.sleep(0.05)
 
+    def account_for_failure(self, detail: str, grace_s: float) -> str:
+        """After this rank failed: tell the others, wait up to ``grace_s`` for their accounts
+        (await_accounts), say what became of them (peer_accounts, failures left out), then leave."""
+        self.report_failure(detail)
+        self.await_accounts(grace_s)
+        accounts = self.peer_accounts(include_failed=False)
+        self.leave()
+        return accounts
+
     def leave(self) -> None:
         """This rank is done with the store after a failure (it has read the others' accounts). The
         rank hosting the store stays until every rank not reported dead has left too, _LINGER_S at

@@ -149,9 +149,7 @@ class StartUp:
         if self.coordinator is None:
             return
         try:
-            self.coordinator.report_failure(detail)
-            self.coordinator.await_accounts(grace_s)
-            self.coordinator.leave()
+            self.coordinator.account_for_failure(detail, grace_s)
         except StoreLost:
             pass  # the store went with its host: the others find out on their own
 

@@ -183,11 +183,7 @@ class TorchDistBackend(Backend):
         if self._coordinator is None:
             return ""
         try:
-            self._coordinator.report_failure(detail)
-            self._coordinator.await_accounts(grace_s)
-            accounts = self._coordinator.peer_accounts(include_failed=False)
-            self._coordinator.leave()
-            return accounts
+            return self._coordinator.account_for_failure(detail, grace_s)
         except StoreLost as exc:
             return str(exc)
 
