@@ -28,6 +28,9 @@ POLL_PAUSE_MAX_S = 0.001  # then pauses growing up to this
 SLICE_S = 0.1  # CPU: one blocking wait at a time, at most this long
 TROUBLE_EVERY_S = 0.25  # how often a long wait asks the store whether a peer failed
 SLICE_TIMED_OUT = "Operation timed out"  # what c10d's Work.wait(timeout) raises when the slice runs out
+# What gloo raises when its own timeout, the group's (--timeout, given when the group was made), runs out
+# inside an op: "Timed out waiting 1ms for recv operation to complete". The deadline passed.
+GLOO_TIMED_OUT = "Timed out waiting"
 
 
 class WaitExpired(Exception):
@@ -50,12 +53,15 @@ class Waiter:
     def _deadline(self) -> float:
         return float("inf") if self.timeout_s is None else time.monotonic() + self.timeout_s
 
+    def _expired(self, detail: str = "") -> WaitExpired:
+        return WaitExpired(f"did not complete within {self.timeout_s:g} s (--timeout): a peer is hung, "
+                           f"dead or still in an earlier collective{detail}")
+
     def _check(self, deadline: float, next_trouble: float) -> float:
         """Raise when the deadline passed or a peer failed; return when to ask the store next."""
         now = time.monotonic()
         if now >= deadline:
-            raise WaitExpired(f"did not complete within {self.timeout_s:g} s (--timeout): a peer is hung, "
-                              "dead or still in an earlier collective")
+            raise self._expired()
         if self._trouble is not None and now >= next_trouble:
             found = self._trouble()
             if found is not None:
@@ -88,8 +94,11 @@ class Waiter:
                 work.wait(timeout=timedelta(seconds=slice_s))
                 return
             except RuntimeError as exc:
-                # c10d's own words for a slice that ran out; anything else is the collective's failure
-                # (a composite handle, such as gloo's flat reduce-scatter, may never say it completed)
+                # c10d's own words for a slice that ran out; gloo's for the group's timeout (the
+                # deadline); anything else is the collective's failure (a composite handle, such as
+                # gloo's flat reduce-scatter, may never say it completed)
+                if GLOO_TIMED_OUT in str(exc) and self.timeout_s is not None:
+                    raise self._expired(f" ({exc})") from exc
                 if SLICE_TIMED_OUT not in str(exc):
                     raise
                 if work.is_completed():

@@ -62,9 +62,14 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
     except (RunError, UsageError, AlreadyReported):
         raise
     except Exception as exc:
-        error = (f"rank {info.rank}: the {name} process group did not start (MASTER_ADDR="
+        detail = brief(exc)
+        # torch's words when the group's own timeout (--timeout) ran out: 'wait timeout after 1ms',
+        # gloo's 'Connect timeout', 'Timed out waiting ...': said as the timeout, as the check-ins say it
+        timed_out = "timeout" in detail.lower() or "timed out" in detail.lower()
+        within = f" within {setup.timeout_s:g} s (--timeout)" if timed_out else ""
+        error = (f"rank {info.rank}: the {name} process group did not start{within} (MASTER_ADDR="
                  f"{info.master_addr}, MASTER_PORT={info.master_port}, timeout {setup.timeout_s:g} s): "
-                 f"{brief(exc)}")
+                 f"{detail}")
         startup.give_up(error, min(FAILURE_GRACE_S, setup.timeout_s))
         raise RunError(error) from exc
 
