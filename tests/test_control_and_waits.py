@@ -7,6 +7,8 @@ import datetime
 import io
 import multiprocessing
 import pickle
+import subprocess
+import sys
 import time
 import traceback
 from collections import Counter
@@ -19,7 +21,7 @@ from commbench.backends.base import CollectiveArgs
 from commbench.backends.coordination import Coordinator
 from commbench.backends.rendezvous import Rendezvous, Started
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.backends.waiting import PeerFailed, Waiter, WaitExpired
+from commbench.backends.waiting import PeerFailed, Waiter, WaitExpired, peer_hung_up
 from commbench.config.sweep import RunConfig
 from commbench.running.runner import run_sweep
 from commbench.running.spawn import free_port
@@ -141,6 +143,35 @@ def test_waits_end_at_their_deadline_when_a_peer_fails_or_with_the_collectives_o
     assert "stopped waiting" in failed and "rank 1 failed (rank 1: rank 1 gave up)" in failed
     assert (late, failing) == ("completed", "completed")
     assert "can't be cast" in own_error  # gloo's words at once, not the deadline 60 s later
+
+
+PEER_EXITS = """
+import datetime, os, sys, time
+import torch.distributed as dist
+rank, port = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}",
+                        timeout=datetime.timedelta(seconds=60))
+dist.barrier()
+if rank == 1:
+    os._exit(1)
+time.sleep(0.5)
+try:
+    dist.all_gather_object([None, None], "host name")
+except Exception as exc:
+    print(exc)
+"""
+
+
+def test_a_peer_that_went_is_told_from_the_errors_gloo_raises():
+    # gloo's own words when the other process exits during a collective: a peer having gone, whose
+    # cause is in its own account (rank.py then gives it)
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, "-c", PEER_EXITS, str(rank), port], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for rank in (1, 0)]
+    said = procs[1].communicate(timeout=120)[0]
+    procs[0].wait(timeout=30)
+    assert said.strip() and peer_hung_up(said), said
+    assert not peer_hung_up("did not complete within 0.001 s (--timeout): a peer is hung, dead or ...")
 
 
 def _copy_after_the_op_in_flight(rank: int, world_size: int) -> bool:

@@ -114,6 +114,23 @@ def test_after_every_rank_failed_the_host_leaves_last():
     assert found[0] == 3  # when the host returned, both others had left
 
 
+def test_a_rank_whose_peer_went_first_gives_the_peers_account_and_others_say_only_their_own():
+    # rank 1 timed out and reported it before going; rank 0's op then failed with "Connection closed by
+    # peer", which names no cause: its account carries rank 1's. A rank failing on its own (rank 2)
+    # leaves the others' failures to them.
+    def work(coordinator: Coordinator) -> str:
+        if coordinator.rank == 1:
+            return coordinator.account_for_failure("rank 1: did not complete within 0.001 s (--timeout)", 5)
+        time.sleep(0.3)  # after rank 1's report, as a peer's going follows it
+        detail = f"rank {coordinator.rank}: Connection closed by peer [127.0.0.1]:3739"
+        return coordinator.account_for_failure(detail, 5, include_failed=coordinator.rank == 0)
+
+    found = Ranks(3).run(work)
+    assert "rank 1: did not complete within 0.001 s (--timeout)" in found[0]
+    assert "ranks 1-2 failed (rank 1:" in found[0]
+    assert found[2] == ""
+
+
 def test_old_step_keys_are_removed():
     ranks = Ranks(2)
     ranks.run(lambda c: [c.check_in("a", f"s{n}") for n in range(3)])

@@ -149,8 +149,9 @@ def test_rank_that_never_joins_is_named(tmp_path):
 
 @pytest.mark.processes
 def test_a_start_that_times_out_says_so_and_names_the_timeout(tmp_path):
-    # 1 ms is too short for the ranks to meet: every rank says the start timed out, naming the timeout;
-    # no C++ frames, and no port blamed
+    # 1 ms is too short for the ranks to meet: every rank says the start timed out, naming the timeout
+    # (a rank whose op failed because a peer that timed out went first gives that peer's account, which
+    # names it); no C++ frames, and no port blamed
     result = commbench("--sizes", "1K", "--timeout", "0.001", "--output-dir", str(tmp_path), timeout=120)
     assert result.returncode == 1, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]

@@ -311,12 +311,13 @@ class Coordinator:
                 return
             time.sleep(0.05)
 
-    def account_for_failure(self, detail: str, grace_s: float) -> str:
+    def account_for_failure(self, detail: str, grace_s: float, include_failed: bool = False) -> str:
         """After this rank failed: tell the others, wait up to ``grace_s`` for their accounts
-        (await_accounts), say what became of them (peer_accounts, failures left out), then leave."""
+        (await_accounts), say what became of them (peer_accounts; the others' failures only with
+        ``include_failed``: each failed rank says its own), then leave."""
         self.report_failure(detail)
         self.await_accounts(grace_s)
-        accounts = self.peer_accounts(include_failed=False)
+        accounts = self.peer_accounts(include_failed=include_failed)
         self.leave()
         return accounts
 

@@ -31,6 +31,15 @@ SLICE_TIMED_OUT = "Operation timed out"  # what c10d's Work.wait(timeout) raises
 # What gloo raises when its own timeout, the group's (--timeout, given when the group was made), runs out
 # inside an op: "Timed out waiting 1ms for recv operation to complete". The deadline passed.
 GLOO_TIMED_OUT = "Timed out waiting"
+# What an op raises when a peer's process closed its connections: it exited or aborted, most often
+# after failing itself ("Connection closed by peer [127.0.0.1]:3739", "Connection reset by peer").
+PEER_HUNG_UP = ("closed by peer", "reset by peer", "Broken pipe")
+
+
+def peer_hung_up(detail: str) -> bool:
+    """Whether a failure is a peer having gone: its cause is that peer's, and the peer's own account
+    (what it reported on the store before going) says more than this rank's error can."""
+    return any(words in detail for words in PEER_HUNG_UP)
 
 
 class WaitExpired(Exception):
