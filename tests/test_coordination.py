@@ -129,6 +129,10 @@ def test_a_rank_whose_peer_went_first_gives_the_peers_account_and_others_say_onl
     assert "rank 1: did not complete within 0.001 s (--timeout)" in found[0]
     assert "ranks 1-2 failed (rank 1:" in found[0]
     assert found[2] == ""
+    # and with no peer's failure to give, which ranks said nothing, as without include_failed
+    lone = Ranks(2, timeout_s=0.5).run(lambda c: c.account_for_failure("Connection reset by peer", 0.2,
+                                                                      include_failed=True), ranks=[0])
+    assert lone[0] == "rank 1 did not report (hung, or died unseen)"
 
 
 def test_old_step_keys_are_removed():

@@ -317,7 +317,8 @@ class Coordinator:
         ``include_failed``: each failed rank says its own), then leave."""
         self.report_failure(detail)
         self.await_accounts(grace_s)
-        accounts = self.peer_accounts(include_failed=include_failed)
+        accounts = self.peer_accounts() if include_failed else ""
+        accounts = accounts or self.peer_accounts(include_failed=False)  # or who died, who said nothing
         self.leave()
         return accounts
 
