@@ -129,6 +129,17 @@ def test_a_rank_whose_peer_went_first_gives_the_peers_account_and_others_say_onl
     assert "rank 1: did not complete within 0.001 s (--timeout)" in found[0]
     assert "ranks 1-2 failed (rank 1:" in found[0]
     assert found[2] == ""
+    # of several failed peers, the account gives the one whose failure was its own
+    def second_hand(coordinator: Coordinator) -> str:
+        if coordinator.rank > 0:
+            coordinator.report_failure(f"rank {coordinator.rank}: " + (
+                "Connection reset by peer" if coordinator.rank == 1 else "did not complete within 5 s"))
+            time.sleep(0.5)
+            return ""
+        time.sleep(0.2)
+        return coordinator.peer_accounts()
+
+    assert Ranks(3).run(second_hand)[0] == "ranks 1-2 failed (rank 2: rank 2: did not complete within 5 s)"
     # and with no peer's failure to give, which ranks said nothing, as without include_failed
     lone = Ranks(2, timeout_s=0.5).run(lambda c: c.account_for_failure("Connection reset by peer", 0.2,
                                                                       include_failed=True), ranks=[0])

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from commbench.backends.waiting import peer_hung_up
 from commbench.core.board import LauncherBoard
 from commbench.core.groups import format_ranks
 from commbench.errors import RunError, brief
@@ -337,7 +338,7 @@ class Coordinator:
 
     def peer_accounts(self, include_failed: bool = True) -> str:
         """What is known of the other ranks: which died (the launcher's reason), else which failed
-        (with the first one's message) and which said nothing."""
+        (with the message of the first that failed on its own) and which said nothing."""
         dead, failed, silent = [], [], []
         board_deaths = self._board_deaths()
         for rank in range(self.world_size):
@@ -354,8 +355,10 @@ class Coordinator:
             return "; ".join(dead)
         parts = []
         if failed and include_failed:
-            first = self._text(f"failed/{failed[0]}") or ""
-            parts.append(f"{format_ranks(failed)} failed (rank {failed[0]}: {first})")
+            said = {rank: self._text(f"failed/{rank}") or "" for rank in failed}
+            # the first whose failure is its own, not a peer having gone (that peer's is the cause)
+            cause = next((rank for rank in failed if not peer_hung_up(said[rank])), failed[0])
+            parts.append(f"{format_ranks(failed)} failed (rank {cause}: {said[cause]})")
         if silent and (failed or not include_failed):
             parts.append(f"{format_ranks(silent)} did not report (hung, or died unseen)")
         return "; ".join(parts)
