@@ -164,7 +164,7 @@ except Exception as exc:
 
 def test_a_peer_that_went_is_told_from_the_errors_gloo_raises():
     # gloo's own words when the other process exits during a collective: a peer having gone, whose
-    # cause is in its own account (rank.py then gives it)
+    # cause is in its own account (Coordinator.account_for_failure then gives it)
     port = str(free_port())
     procs = [subprocess.Popen([sys.executable, "-c", PEER_EXITS, str(rank), port], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for rank in (1, 0)]

@@ -125,7 +125,7 @@ def test_a_rank_whose_peer_went_first_gives_the_peers_account_and_others_say_onl
         if coordinator.rank == 2:
             return coordinator.account_for_failure("rank 2: did not complete within 0.001 s (--timeout)", 5)
         detail = "rank 0: Connection closed by peer [127.0.0.1]:3739"
-        return coordinator.account_for_failure(detail, 5, include_failed=True)
+        return coordinator.account_for_failure(detail, 5)
 
     found = Ranks(3).run(work)
     assert "rank 1: did not complete within 0.001 s (--timeout)" in found[0]
@@ -143,9 +143,9 @@ def test_a_rank_whose_peer_went_first_gives_the_peers_account_and_others_say_onl
         return coordinator.peer_accounts()
 
     assert Ranks(3).run(second_hand)[0] == "ranks 1-2 failed (rank 2: rank 2: did not complete within 5 s)"
-    # and with no peer's failure to give, which ranks said nothing, as without include_failed
-    lone = Ranks(2, timeout_s=0.5).run(lambda c: c.account_for_failure("Connection reset by peer", 0.2,
-                                                                      include_failed=True), ranks=[0])
+    # and with no peer's failure to give, which ranks said nothing, as any failed rank's account does
+    lone = Ranks(2, timeout_s=0.5).run(lambda c: c.account_for_failure("Connection reset by peer", 0.2),
+                                       ranks=[0])
     assert lone[0] == "rank 1 did not report (hung, or died unseen)"
 
 

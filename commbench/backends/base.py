@@ -214,10 +214,10 @@ class Backend(ABC):
         arrive within the timeout. Without a way to coordinate, returns this rank's own signal."""
         return stop_signal
 
-    def account_for_failure(self, detail: str, grace_s: float, include_failed: bool = False) -> str:
+    def account_for_failure(self, detail: str, grace_s: float) -> str:
         """After this rank failed: tell the others, wait up to ``grace_s`` for every rank's account, and
-        say what became of them ('rank 2 died (SIGKILL)', ...; with ``include_failed``, also which
-        failed, with the first one's message); '' when nothing is known."""
+        say what became of them ('rank 2 died (SIGKILL)', ...; where ``detail`` is a peer having gone,
+        also which failed, with the cause's message); '' when nothing is known."""
         return ""
 
     @abstractmethod

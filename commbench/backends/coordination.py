@@ -312,13 +312,14 @@ class Coordinator:
                 return
             time.sleep(0.05)
 
-    def account_for_failure(self, detail: str, grace_s: float, include_failed: bool = False) -> str:
+    def account_for_failure(self, detail: str, grace_s: float) -> str:
         """After this rank failed: tell the others, wait up to ``grace_s`` for their accounts
-        (await_accounts), say what became of them (peer_accounts; the others' failures only with
-        ``include_failed``: each failed rank says its own), then leave."""
+        (await_accounts), say what became of them (peer_accounts), then leave. The others' failures are
+        left out (each failed rank says its own) unless ``detail`` is a peer having gone ("Connection
+        closed by peer"): that names no cause, and the peer's account, reported before it went, does."""
         self.report_failure(detail)
         self.await_accounts(grace_s)
-        accounts = self.peer_accounts() if include_failed else ""
+        accounts = self.peer_accounts() if peer_hung_up(detail) else ""
         accounts = accounts or self.peer_accounts(include_failed=False)  # or who died, who said nothing
         self.leave()
         return accounts
@@ -335,6 +336,18 @@ class Coordinator:
     def _launcher_passes(self) -> int:
         passes = None if self._board is None else self._board.passes()
         return passes if passes is not None else 1 << 62  # the board is gone: so is the launcher
+
+    def _first_cause(self, failed: list[int]) -> tuple[int, str]:
+        """The first of ``failed`` whose failure is its own, not a peer having gone (that peer's is the
+        cause), and its message; else the first. Messages are read from the store until one is found."""
+        first = None
+        for rank in failed:
+            said = self._text(f"failed/{rank}") or ""
+            if not peer_hung_up(said):
+                return rank, said
+            first = first or (rank, said)
+        assert first is not None
+        return first
 
     def peer_accounts(self, include_failed: bool = True) -> str:
         """What is known of the other ranks: which died (the launcher's reason), else which failed
@@ -355,10 +368,8 @@ class Coordinator:
             return "; ".join(dead)
         parts = []
         if failed and include_failed:
-            said = {rank: self._text(f"failed/{rank}") or "" for rank in failed}
-            # the first whose failure is its own, not a peer having gone (that peer's is the cause)
-            cause = next((rank for rank in failed if not peer_hung_up(said[rank])), failed[0])
-            parts.append(f"{format_ranks(failed)} failed (rank {cause}: {said[cause]})")
+            cause, said = self._first_cause(failed)
+            parts.append(f"{format_ranks(failed)} failed (rank {cause}: {said})")
         if silent and (failed or not include_failed):
             parts.append(f"{format_ranks(silent)} did not report (hung, or died unseen)")
         return "; ".join(parts)

@@ -179,11 +179,11 @@ class TorchDistBackend(Backend):
             return stop_signal
         return self._coordinator.check_in(label, signature, stop_signal)
 
-    def account_for_failure(self, detail: str, grace_s: float, include_failed: bool = False) -> str:
+    def account_for_failure(self, detail: str, grace_s: float) -> str:
         if self._coordinator is None:
             return ""
         try:
-            return self._coordinator.account_for_failure(detail, grace_s, include_failed)
+            return self._coordinator.account_for_failure(detail, grace_s)
         except StoreLost as exc:
             return str(exc)
 

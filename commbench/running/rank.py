@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.backends.base import Backend
 from commbench.backends.coordination import CheckInFailed
-from commbench.backends.waiting import peer_hung_up
 from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.core.board import BOARD_ENV
 from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
@@ -212,13 +211,10 @@ def _with_peer_accounts(exc: RunError, backend: Backend, setup: LaunchConfig) ->
     """The error, with what the other ranks said (or did not say) about themselves.
 
     Telling the others also keeps rank 0, whose process may host the store, alive until they have
-    read what they need from it. Each failed rank says its own failure, so the others' are left out,
-    except where this rank's failure is a peer having gone ("Connection closed by peer"): that names
-    no cause, and the peer's own account, reported before it went, does.
+    read what they need from it.
     """
     error = str(exc)
-    accounts = backend.account_for_failure(error, min(FAILURE_GRACE_S, setup.timeout_s),
-                                           include_failed=peer_hung_up(error))
+    accounts = backend.account_for_failure(error, min(FAILURE_GRACE_S, setup.timeout_s))
     if isinstance(exc, CheckInFailed):  # its message already says where every missing rank is
         return error
     return f"{error}; {accounts}" if accounts and accounts not in error else error
