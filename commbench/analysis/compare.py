@@ -192,9 +192,16 @@ def compare_runs(base: SavedRun | Sequence[SavedRun], new: SavedRun | Sequence[S
 def _judge_differences(comparison: RunComparison) -> None:
     """Each testable point's q-value against no change, and whether it is significant."""
     testable = comparison.testable()
-    for pair, q in zip(testable, benjamini_hochberg([pair.p_value for pair in testable]), strict=True):
-        pair.q_value = q
-        pair.significant = q is not None and q <= comparison.significance_level
+    _judge(testable, [pair.p_value for pair in testable], comparison.significance_level)
+
+
+def _judge(found: Sequence[Pair] | Sequence[SeriesChange], p_values: list[float | None], level: float
+           ) -> None:
+    """Each one's q-value (its p-value against no change, Benjamini-Hochberg over ``found``), and
+    whether it is significant at ``level``."""
+    for each, q in zip(found, benjamini_hochberg(p_values), strict=True):
+        each.q_value = q
+        each.significant = q is not None and q <= level
 
 
 def _pass_means(points: list[list[Row]], run_of: dict[int, int]) -> list[float]:
@@ -228,10 +235,7 @@ def series_changes(comparison: RunComparison) -> list[SeriesChange]:
         change = estimate_change(base, new)
         if change is not None and change.testable:
             found.append(SeriesChange(name, len(pairs), (len(base), len(new)), change, pass_spread_pct(base)))
-    for series, q in zip(found, benjamini_hochberg([series.change.p_different() for series in found]),
-                         strict=True):
-        series.q_value = q
-        series.significant = q is not None and q <= comparison.significance_level
+    _judge(found, [each.change.p_different() for each in found], comparison.significance_level)
     return found
 
 

@@ -62,18 +62,26 @@ def slowdowns(comparison: RunComparison, fail_above_pct: float) -> list[Slowdown
     line = 1.0 + fail_above_pct / 100.0
     found = []
     testable = comparison.testable()
-    q_values = benjamini_hochberg([pair.change.p_beyond(line) for pair in testable if pair.change])
-    for pair, q in zip(testable, q_values, strict=True):
-        if q is not None and q <= comparison.significance_level and pair.change and pair.change.ratio > line:
+    beyond = _beyond(line, [pair.change for pair in testable if pair.change], comparison.significance_level)
+    for pair, q in zip(testable, beyond, strict=True):
+        if q is not None and pair.change:
             found.append(Slowdown(describe_point(pair), False, pair.change, pair.base_spread_pct,
                                   pair.passes[0], q))
     series = comparison.series
-    q_values = benjamini_hochberg([each.change.p_beyond(line) for each in series])
-    for each, q in zip(series, q_values, strict=True):
-        if q is not None and q <= comparison.significance_level and each.ratio > line:
+    for each, q in zip(series, _beyond(line, [each.change for each in series], comparison.significance_level),
+                       strict=True):
+        if q is not None:
             what = f"{each.collective}, its {each.points} points together (each pass's geometric mean)"
             found.append(Slowdown(what, True, each.change, each.base_spread_pct, each.passes[0], q))
     return found
+
+
+def _beyond(line: float, changes: list[Change], level: float) -> list[float | None]:
+    """For each change, its q-value (Benjamini-Hochberg over ``changes``) where it is significantly
+    beyond ``line`` at ``level`` and its estimate is above the line; None where not."""
+    q_values = benjamini_hochberg([change.p_beyond(line) for change in changes])
+    return [q if q is not None and q <= level and change.ratio > line else None
+            for change, q in zip(changes, q_values, strict=True)]
 
 
 @dataclass
