@@ -60,7 +60,7 @@ def _gate_fails(base: np.ndarray, new: np.ndarray, line: float, level: float = 0
     passes): any point, or the points taken together (each pass's geometric mean over them)."""
     changes = [estimate_change(list(b), list(n)) for b, n in zip(base, new, strict=True)]
     q_values = benjamini_hochberg([change.p_beyond(line) for change in changes])
-    per_pass = [list(np.exp(np.log(side).mean(axis=0))) for side in (base, new)]
+    per_pass = [[geometric_mean(list(column)) for column in side.T] for side in (base, new)]  # as compare
     together = estimate_change(*per_pass)
     return any(q <= level and change.ratio > line for q, change in zip(q_values, changes, strict=True)) \
         or (together.p_beyond(line) <= level and together.ratio > line)
