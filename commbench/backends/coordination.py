@@ -340,14 +340,12 @@ class Coordinator:
     def _first_cause(self, failed: list[int]) -> tuple[int, str]:
         """The first of ``failed`` whose failure is its own, not a peer having gone (that peer's is the
         cause), and its message; else the first. Messages are read from the store until one is found."""
-        first = None
+        said = []
         for rank in failed:
-            said = self._text(f"failed/{rank}") or ""
-            if not peer_hung_up(said):
-                return rank, said
-            first = first or (rank, said)
-        assert first is not None
-        return first
+            said.append(self._text(f"failed/{rank}") or "")
+            if not peer_hung_up(said[-1]):
+                return rank, said[-1]
+        return failed[0], said[0]
 
     def peer_accounts(self, include_failed: bool = True) -> str:
         """What is known of the other ranks: which died (the launcher's reason), else which failed
@@ -373,25 +371,6 @@ class Coordinator:
         if silent and (failed or not include_failed):
             parts.append(f"{format_ranks(silent)} did not report (hung, or died unseen)")
         return "; ".join(parts)
-
-
-# The store's own timeout for one request. commbench's waits poll with their own deadline (--timeout),
-# so this only bounds a request to a store that stopped answering; a tiny --timeout must not make the
-# store's first connection (the host's to itself) time out.
-STORE_REQUEST_FLOOR_S = 30.0
-
-
-def connect(host: str, port: int, rank: int, world_size: int, timeout_s: float, host_store: bool
-            ) -> Any:
-    """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does.
-
-    The host does not wait for the others here: Coordinator.join does, and names who is missing.
-    """
-    timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
-    if host_store:
-        return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False,
-                             multi_tenant=True)
-    return dist.TCPStore(host, port, world_size, False, timeout)
 
 
 def announce_death(host: str, port: int, attempt: str, rank: int, reason: str,

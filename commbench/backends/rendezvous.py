@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.backends.coordination import Coordinator, StoreLost, connect, key_prefix
+from commbench.backends.coordination import Coordinator, StoreLost, key_prefix
 from commbench.backends.waiting import Waiter
 from commbench.core.board import LauncherBoard
 from commbench.core.devices import accepted_options
@@ -32,6 +32,25 @@ from commbench.errors import RunError, brief
 # down; commbench's own waits end at --timeout, so the watchdog waits this much longer, as a backstop
 # that leaves the run time to record its failure.
 WATCHDOG_MARGIN_S = 60.0
+
+
+# The store's own timeout for one request. commbench's waits poll with their own deadline (--timeout),
+# so this only bounds a request to a store that stopped answering; a tiny --timeout must not make the
+# store's first connection (the host's to itself) time out.
+STORE_REQUEST_FLOOR_S = 30.0
+
+
+def connect(host: str, port: int, rank: int, world_size: int, timeout_s: float, host_store: bool
+            ) -> Any:
+    """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does.
+
+    The host does not wait for the others here: Coordinator.join does, and names who is missing.
+    """
+    timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
+    if host_store:
+        return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False,
+                             multi_tenant=True)
+    return dist.TCPStore(host, port, world_size, False, timeout)
 
 
 @dataclass(frozen=True)
