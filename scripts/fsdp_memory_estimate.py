@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from commbench.core.devices import approximate_bytes
 from commbench.patterns.estimate import fsdp_memory
-from commbench.patterns.fsdp_config import FsdpConfig
+from commbench.patterns.config import FsdpConfig
 
 RANKS = 2
 CONFIGS = {

@@ -6,7 +6,7 @@ import hashlib
 
 from commbench.backends.base import Backend
 from commbench.errors import RunError, UsageError, brief
-from commbench.replay.command import ReplayConfig, load_selected, mapped_plan
+from commbench.replay.config import ReplayConfig, load_selected, mapped_plan
 from commbench.replay.execute import check_pass, prepare, time_passes
 from commbench.replay.kind import REPLAY  # noqa: F401 - its rows print no table: the summary stands for it
 from commbench.replay.mapping import ReplayPlan
