@@ -17,7 +17,7 @@ from commbench.backends.base import Backend
 from commbench.core.sizes import format_size
 from commbench.fabric.analysis import FabricAnalysis, analyse
 from commbench.fabric.config import FabricConfig, Outcome
-from commbench.fabric.kind import FABRIC  # its rows print as matrices and a verdict
+from commbench.fabric.kind import FABRIC  # the `fabric` part of results.json is named after it
 from commbench.fabric.measure import (
     FabricContext,
     allocate_buffers,
