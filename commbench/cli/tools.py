@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from commbench.cli.commands import click_params, filled, typed_values
+from commbench.cli.commands import click_params, typed_values
 from commbench.config.launch import LaunchConfig, resolve_backend_and_device
-from commbench.config.options import check_options, declared
+from commbench.config.options import build, check_options, declared
 
 
 @click.command("env")
@@ -28,12 +28,13 @@ def _list(**values: Any) -> int:
     from commbench.running.launch import launch_list
 
     ctx = click.get_current_context()
-    setup = filled(LaunchConfig, typed_values(ctx, LIST_OPTIONS, values), list(ctx.obj["argv"]))
+    setup = build(LaunchConfig, typed_values(ctx, LIST_OPTIONS, values))
     check_options(setup)
     backend, device = resolve_backend_and_device(setup.backend, setup.device)
     # A short timeout: a probe that one rank refuses and another waits on must not stall the listing.
+    # The ranks it spawns run this command line again.
     return launch_list(LaunchConfig(backend=backend, device=device, nproc=setup.nproc, timeout_s=30.0,
-                                    argv=setup.argv))
+                                    argv=list(ctx.obj["argv"])))
 
 
 list_command = click.Command(
