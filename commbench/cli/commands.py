@@ -2,7 +2,7 @@
 click option or argument, and each registered feature (running/features.py) a command.
 
 click only reads the command line here: an option's parameter name is its field's name, its default is
-shown in --help but never passed on, and what the user typed becomes field values (``typed_values``)
+shown in --help but click holds none, and what the user typed becomes field values (``typed_values``)
 that fill the configuration over the declared defaults. So a configuration's defaults are its fields',
 whether it is filled from the command line, a sweep file or Python.
 """
@@ -34,18 +34,31 @@ def click_params(options: Sequence[Declared], defaults: Mapping[str, Any] | None
     return found
 
 
+class DeclaredOption(click.Option):
+    """A declared option: --help shows the default as the declaration says it (the config's value, or
+    words such as 'the world'); click itself holds none, so what was not typed is never passed on."""
+
+    def __init__(self, *args: Any, shown: str | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.shown = shown
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        extra = super().get_help_extra(ctx)
+        if self.shown is not None:
+            extra["default"] = self.shown
+        return extra
+
+
 def _click_option(item: Declared, default: Any) -> click.Option:
     declared = item.option
     shown = item.shown(default)
     if item.kind is bool:
-        value = item.default if default is MISSING else default
-        if declared.off_flag:
-            return click.Option([f"{item.flag}/{declared.off_flag}", item.name], default=value,
-                                show_default=shown is not None, help=declared.help)
-        return click.Option([item.flag, item.name], is_flag=True, help=declared.help)
+        flags = f"{item.flag}/{declared.off_flag}" if declared.off_flag else item.flag
+        return DeclaredOption([flags, item.name], is_flag=True, default=None, shown=shown,
+                              help=declared.help)
     plain = item.kind in (int, float) and declared.parse is None
-    return click.Option([item.flag, item.name], type=item.kind if plain else click.STRING, default=shown,
-                        show_default=shown is not None, metavar=declared.metavar, help=declared.help)
+    return DeclaredOption([item.flag, item.name], type=item.kind if plain else click.STRING, default=None,
+                          shown=shown, metavar=declared.metavar, help=declared.help)
 
 
 def typed_values(ctx: click.Context, options: Sequence[Declared], values: Mapping[str, Any]

@@ -40,5 +40,5 @@ PATTERNS = [register_feature(feature) for feature in (
     _activation("pp", "Pipeline parallelism: 1F1B's activations forward and gradients backward between "
                       "stages, point to point, with the bubble."),
     _activation("3d", "Tensor, pipeline and data parallelism on one world, each group running its pattern "
-                      "at once: per-group times and the step's critical path."),
+                      "at once: per-group times and the step's critical path.", pp=1),
 )]

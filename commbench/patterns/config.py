@@ -132,8 +132,8 @@ class ParallelConfig:
     tp: int | None = option(  # tp: the world unless given
         None, minimum=1, only=("tp", "3d"),
         help="Tensor-parallel ranks per group [default: tp: the world; 3d: 1].")
-    pp: int | None = option(
-        None, minimum=1, only=("pp", "3d"), help="Pipeline stages [default: pp: the world; 3d: 1].")
+    pp: int | None = option(  # 3d's default is 1 (its registration's)
+        None, minimum=1, only=("pp", "3d"), shown_default="the world", help="Pipeline stages.")
     dp: int | None = option(
         None, minimum=1, only=("3d",), help="Data-parallel ranks [default: the world / (tp x pp)].")
     sequence_parallel: bool = option(  # all-gather / reduce-scatter instead of all-reduce
