@@ -163,6 +163,7 @@ def declared(cls: type) -> tuple[Declared, ...]:
     return tuple(found)
 
 
+@cache
 def nested(cls: type) -> dict[str, type]:
     """The fields of ``cls`` that hold a configuration of their own (``launch``), by name."""
     hints = typing.get_type_hints(cls)
