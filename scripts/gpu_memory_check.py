@@ -19,9 +19,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # noqa: E402 - run from a checkout
 
 from commbench.backends.base import CollectiveArgs  # noqa: E402
-from commbench.backends.rendezvous import Rendezvous  # noqa: E402
 from commbench.backends.torch_dist import TorchDistBackend  # noqa: E402
 from commbench.config.sweep import RunConfig  # noqa: E402
+from commbench.coordination import Rendezvous  # noqa: E402
 from commbench.core.groups import Membership, world_plan  # noqa: E402
 from commbench.measure.collectives import REGISTRY, Layout  # noqa: E402
 from commbench.measure.planning import PlannedSize, SizeLimits, TablePlan, memory_need  # noqa: E402

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from commbench.backends.coordination import Coordinator, announce_death, key_prefix
-from commbench.core.board import LauncherBoard
+from commbench.coordination import Coordinator, LauncherBoard
+from commbench.coordination.store import announce_death, key_prefix
 from commbench.core.groups import format_ranks
 from commbench.errors import RunError
 from commbench.running.spawn import free_port

@@ -1,5 +1,5 @@
-"""The code's shape stays readable: module and function sizes, parameter counts, the modules at the root and
-the import-linter contracts (STYLE.md).
+"""The code's shape stays readable: module and function sizes, parameter counts, the modules at the root,
+the public API of the packages that declare one, and the import-linter contracts (STYLE.md).
 
 A length limit is a prompt to look, not a reason to split (STYLE.md, "Cohesion, not line counts"): one
 test lists everything past a limit at once, so that whoever looks sees the whole picture, and a module
@@ -16,6 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "commbench"
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 7
+# Packages whose __init__ is their public API: the rest of the code imports only that.
+PUBLIC_API_PACKAGES = ("commbench.coordination",)
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -88,6 +90,30 @@ def test_the_limits_name_every_long_module_long_function_and_wide_signature():
 def test_the_root_holds_at_most_twelve_modules():
     """The packages show the flow (docs/architecture.md); the root keeps the entry points and errors."""
     assert len(list(PACKAGE.glob("*.py"))) <= 12
+
+
+def _imported(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import in a module's tree, those inside functions included."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+    return found
+
+
+def test_packages_with_a_public_api_are_imported_only_through_it():
+    """Outside such a package no module imports its submodules (the package's own modules do)."""
+    reaching_in = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        imported = _imported(ast.parse(path.read_text()))
+        for package in PUBLIC_API_PACKAGES:
+            if module != package and not module.startswith(f"{package}."):
+                reaching_in += [f"{module}:{line} imports {name}" for line, name in imported
+                                if name.startswith(f"{package}.")]
+    assert not reaching_in, "\n".join(reaching_in)
 
 
 @pytest.mark.processes

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from commbench.backends.base import Backend
-from commbench.backends.rendezvous import StartUp
 from commbench.config.launch import LaunchConfig
+from commbench.coordination import StartUp
 from commbench.core import devices
 from commbench.core.devices import MemoryBudget
 from commbench.errors import AlreadyReported, UsageError

@@ -11,9 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from commbench.backends.base import Backend
-from commbench.backends.coordination import CheckInFailed
 from commbench.config.launch import Benchmark, LaunchConfig
-from commbench.core.board import BOARD_ENV
+from commbench.coordination import BOARD_ENV, CheckInFailed
 from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.core.sizes import parse_size
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
@@ -27,7 +26,7 @@ from commbench.running.runner import Session, sweep_failure
 from commbench.writers.output import NullOutput, Output
 
 if TYPE_CHECKING:
-    from commbench.backends.rendezvous import Rendezvous
+    from commbench.coordination import Rendezvous
 
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
@@ -39,7 +38,7 @@ FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the
 
 
 def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
-    from commbench.backends.rendezvous import Rendezvous
+    from commbench.coordination import Rendezvous
 
     # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
     return Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
@@ -50,8 +49,8 @@ def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
 
 def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
     """Meet the other ranks at the store, agree on devices, then start the process group."""
-    from commbench.backends.rendezvous import StartUp
     from commbench.backends.torch_dist import TorchDistBackend
+    from commbench.coordination import StartUp
 
     name = setup.backend or "gloo"
     startup = StartUp(name, rendezvous_of(info, environ), setup.timeout_s)

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.backends.coordination import Coordinator, StoreLost, key_prefix
-from commbench.backends.waiting import Waiter
-from commbench.core.board import LauncherBoard
+from commbench.coordination.board import LauncherBoard
+from commbench.coordination.store import Coordinator, StoreLost, key_prefix
+from commbench.coordination.waiting import Waiter
 from commbench.core.devices import accepted_options
 from commbench.errors import RunError, brief
 
@@ -66,7 +66,7 @@ class Rendezvous:
     master_port: int
     launcher_hosts_store: bool = False
     attempt: str = "0"
-    launcher_board: str = ""  # commbench's local launcher's board of deaths (core/board.py); "" elsewhere
+    launcher_board: str = ""  # commbench's local launcher's board of deaths (board.py); "" elsewhere
 
     @property
     def where(self) -> str:

@@ -15,7 +15,7 @@ Keys (under a per-attempt prefix):
   failed/<r>, dead/<r>, trouble, deaths   a rank's failure, a launcher's report of a death, counts
 
 commbench's own local launcher (running/spawn.py) records deaths and its supervision passes on a board
-of files instead (core/board.py): a rank reads them beside the store's keys.
+of files instead (board.py): a rank reads them beside the store's keys.
 
 A step's key holds its signature (what is measured, with the op counts), so ranks whose sweeps diverge
 wait at different keys and the timeout says which rank is where, instead of hanging in a collective.
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from commbench.backends.waiting import peer_hung_up
-from commbench.core.board import LauncherBoard
+from commbench.coordination.board import LauncherBoard
+from commbench.coordination.waiting import peer_hung_up
 from commbench.core.groups import format_ranks
 from commbench.errors import RunError, brief
 
@@ -295,7 +295,7 @@ class Coordinator:
         Waiting for more would be waiting on ranks that are themselves blocked on the dead one.
 
         Under commbench's local launcher the wait lasts, past the grace, until two of its supervision
-        passes have finished since this rank's report (core/board.py), so a local rank whose death
+        passes have finished since this rank's report (board.py), so a local rank whose death
         caused this failure is named however loaded the host; --timeout bounds it, should the launcher
         itself stall."""
         now = time.monotonic()
