@@ -2,12 +2,13 @@
 what became of one that failed or died: the rank-coordination package. Its modules import each other;
 the rest of commbench imports only the names below.
 
-- ``startup``: one rank's start (``Rendezvous``: where the ranks meet; ``StartUp``: meet, the device
-  phases, the process group and its control side group; ``Started``: what a started rank communicates
-  through besides the measured communicator), and tearing NCCL's communicators down.
-- ``store``: the check-ins through the rendezvous store (``Coordinator``): joins, the phases before
-  the process group, each step's check-in, failures and accounts. Each of their requests goes through
-  ``Coordinator._call`` and each wait for a key through ``Coordinator._wait``.
+- ``startup``: one rank's start (``StartUp``: meet, the device phases, the process group and its
+  control side group; ``Started``: what a started rank communicates through besides the measured
+  communicator), and tearing NCCL's communicators down.
+- ``store``: the rendezvous store and everything said through it: where the ranks meet
+  (``Rendezvous``), the connection, and the check-ins (``Coordinator``: joins, the phases before the
+  process group, each step's check-in, failures and accounts). Every store operation commbench makes
+  itself is there, so that is where a store operation gets its deadline.
 - ``waiting``: waits for collectives bounded by --timeout and ended early by a peer's failure
   (``Waiter``), never inside a call that cannot be interrupted.
 - ``control``: control traffic (barriers, gathers, broadcasts) on a gloo backend of its own
@@ -35,25 +36,19 @@ from commbench.coordination.waiting import (
 
 if TYPE_CHECKING:
     from commbench.coordination.control import ControlGroup
-    from commbench.coordination.startup import (
-        Rendezvous,
-        Started,
-        StartUp,
-        abort_communicators,
-        communicator_timeout,
-    )
-    from commbench.coordination.store import CheckInFailed, Coordinator, StoreLost
+    from commbench.coordination.startup import Started, StartUp, abort_communicators, communicator_timeout
+    from commbench.coordination.store import CheckInFailed, Coordinator, Rendezvous, StoreLost
 
 # The ranks' side, by the module that holds each name: these modules import torch.
 _RANKS_SIDE = {
     "ControlGroup": "control",
-    "Rendezvous": "startup",
     "Started": "startup",
     "StartUp": "startup",
     "abort_communicators": "startup",
     "communicator_timeout": "startup",
     "CheckInFailed": "store",
     "Coordinator": "store",
+    "Rendezvous": "store",
     "StoreLost": "store",
 }
 

@@ -1,10 +1,19 @@
-"""Check-ins through the rendezvous store: who joined, who reached a step, who failed or died.
+"""The rendezvous store and everything said through it: where the ranks meet, the connection, and the
+check-ins that say who joined, who reached a step, who failed or died.
 
 Collectives cannot say which rank is missing: a rank that never comes just makes the others wait. So
 before the process group starts, and before every timed size, each rank checks in through the store
 (a TCPStore hosted by rank 0, or by torchrun's agent) and waits with a deadline. When the deadline
 passes, the keys say which ranks did not arrive and where each was last seen. None of this runs inside
 a timed region.
+
+Invariants:
+- Every store operation commbench makes itself is here: ``connect`` opens or reaches the store, every
+  request of the check-ins goes through ``Coordinator._call`` and every wait for a key through
+  ``Coordinator._wait``. The process group and the control group use the store through torch
+  (startup.py), within their own timeouts.
+- A rank that cannot reach the store in time says so with the timeout, from Python, before torch's
+  store client tries (whose own failure logs C++ frames).
 
 Keys (under a per-attempt prefix):
   joined/<r>, joined, joined/outcome      process-group start ("all", or the ranks missing)
@@ -20,9 +29,10 @@ of files instead (board.py): a rank reads them beside the store's keys.
 A step's key holds its signature (what is measured, with the op counts), so ranks whose sweeps diverge
 wait at different keys and the timeout says which rank is where, instead of hanging in a collective.
 """
-
+import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +51,10 @@ _SLOW_PAUSE_S = 0.2
 _FAST_PHASE_S = 1.0
 _TROUBLE_CHECK_S = 0.25
 _LINGER_S = 2.0  # how long the store's host waits, at most, for the others to finish reading
+# The store's own timeout for one request. commbench's waits poll with their own deadline (--timeout),
+# so this only bounds a request to a store that stopped answering; a tiny --timeout must not make the
+# store's first connection (the host's to itself) time out.
+STORE_REQUEST_FLOOR_S = 30.0
 
 
 def key_prefix(attempt: str) -> str:
@@ -54,6 +68,86 @@ class StoreLost(RunError):
 
 class CheckInFailed(RunError):
     """A check-in ended without every rank: the message already says where the missing ranks are."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks meet: this rank, the world size and the TCP store at ``master_addr:master_port``
+    (hosted by rank 0, or by the launcher: torchrun's agent). ``attempt`` is the launcher's restart count,
+    so a restarted job never reads a dead attempt's keys. No master address: MPI starts its own ranks
+    and there is no store."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    launcher_hosts_store: bool = False
+    attempt: str = "0"
+    launcher_board: str = ""  # commbench's local launcher's board of deaths (board.py); "" elsewhere
+
+    @property
+    def where(self) -> str:
+        host = "the launcher" if self.launcher_hosts_store else "rank 0"
+        return f"{self.master_addr}:{self.master_port} (hosted by {host})"
+
+    @property
+    def hosts_store(self) -> bool:
+        return self.rank == 0 and not self.launcher_hosts_store
+
+
+# --- the connection ---------------------------------------------------------------------------------
+def connect(rendezvous: Rendezvous, timeout_s: float) -> Any:
+    """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does; the
+    others wait until it listens. RunError, in words that fit what happened, when it cannot be opened
+    or reached within ``timeout_s``.
+
+    The host does not wait for the others here: Coordinator.join does, and names who is missing.
+    """
+    host, port = rendezvous.master_addr, rendezvous.master_port
+    timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
+    try:
+        if rendezvous.hosts_store:
+            return dist.TCPStore(host, port, rendezvous.world_size, True, timeout, wait_for_workers=False,
+                                 multi_tenant=True)
+        wait_for_listener(host, port, timeout_s)
+        return dist.TCPStore(host, port, rendezvous.world_size, False, timeout)
+    except (dist.DistError, OSError) as exc:
+        raise RunError(_store_failure(rendezvous, exc, timeout_s)) from None
+
+
+def wait_for_listener(host: str, port: int, timeout_s: float) -> None:
+    """Until something listens at host:port: TimeoutError when nothing does in time, ConnectionError
+    when the host name does not resolve. Polled from Python, so a failure logs nothing of torch's."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.01
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, deadline - time.monotonic())):
+                return
+        except socket.gaierror as exc:
+            raise ConnectionError(f"cannot resolve {host!r} ({exc.strerror})") from None
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"nothing listened there within {timeout_s:g} s (--timeout)") from None
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.2)
+
+
+def _store_failure(rendezvous: Rendezvous, exc: BaseException, timeout_s: float) -> str:
+    """Why the store could not be opened or reached, in the words that fit what happened."""
+    detail = brief(exc)
+    rank, where = rendezvous.rank, rendezvous.where
+    if rendezvous.hosts_store:
+        if "EADDRINUSE" in str(exc) or "address already in use" in str(exc).lower():
+            why = "the port is taken"
+        else:
+            why = f"it did not open within {timeout_s:g} s (--timeout)" if "timed out" in detail.lower() \
+                else "it did not open"
+        return f"rank {rank} could not open the rendezvous store at {where}: {why} ({detail})"
+    why = (f"its host did not start within {timeout_s:g} s (--timeout), or MASTER_ADDR/MASTER_PORT point "
+           "elsewhere")
+    said = "" if isinstance(exc, TimeoutError) else f" ({detail})"  # ours says no more than the above
+    return f"rank {rank} could not reach the rendezvous store at {where}: {why}{said}"
 
 
 class _Deadline(Exception):
@@ -78,6 +172,14 @@ class Coordinator:
         self.store_where = store_where  # for messages: "127.0.0.1:29500 (hosted by rank 0)"
         self._step = 0
         self._previous_step_key: str | None = None
+
+    @classmethod
+    def meeting(cls, store: Any, rendezvous: Rendezvous, timeout_s: float) -> "Coordinator":
+        """This rank's coordinator at ``rendezvous``, over ``store`` (connect's), under the attempt's
+        prefix, reading the local launcher's board where there is one."""
+        board = LauncherBoard(rendezvous.launcher_board) if rendezvous.launcher_board else None
+        return cls(dist.PrefixStore(key_prefix(rendezvous.attempt), store), rendezvous.rank,
+                   rendezvous.world_size, timeout_s, rendezvous.where, rendezvous.hosts_store, board)
 
     # --- store access -------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> Any:
