@@ -21,10 +21,11 @@ Keys (under a per-attempt prefix):
   <phase>/problem, <phase>/checked        the first problem any rank found in a phase
   at/<r>                                  "<step>\\n<label>": the last step rank r checked in at
   step/<n>/<signature>/{n,go,stop}        arrivals at step n, the all-arrived flag, an agreed stop
-  failed/<r>, dead/<r>, trouble, deaths   a rank's failure, a launcher's report of a death, counts
+  failed/<r>, trouble                     a rank's failure; how many ranks reported one
 
-commbench's own local launcher (running/spawn.py) records deaths and its supervision passes on a board
-of files instead (board.py): a rank reads them beside the store's keys.
+Deaths are not in the store: commbench's own local launcher (running/spawn.py) records them, with its
+supervision passes, on a board of files (board.py) that a rank reads beside the store's keys. Under
+other launchers a rank that died without a word is named as one that did not report.
 
 A step's key holds its signature (what is measured, with the op counts), so ranks whose sweeps diverge
 wait at different keys and the timeout says which rank is where, instead of hanging in a collective.
@@ -203,9 +204,6 @@ class Coordinator:
         """A rank reported a failure, or a launcher a death."""
         return self._call("add", "trouble", 0) > 0 or bool(self._board_deaths())
 
-    def _died(self, rank: int, board_deaths: dict[int, str]) -> str | None:
-        return board_deaths.get(rank) or self._text(f"dead/{rank}")
-
     def _wait(self, key: str, deadline: float, also: str | None = None) -> str:
         """Until ``key`` (or ``also``) exists, returning which; _Deadline when time runs out, _Trouble
         when a rank failed or died."""
@@ -367,7 +365,7 @@ class Coordinator:
             if int(step_text) == self._step and their_signature == signature:
                 continue
             absent.append(rank)
-            died = self._died(rank, board_deaths)
+            died = board_deaths.get(rank)
             if died:
                 dead.append(f"rank {rank} died ({died})")
             elif seen is None:
@@ -405,8 +403,7 @@ class Coordinator:
         verdict_by = now + max(grace_s, self.timeout_s)
         passes_then = None if self._board is None else self._board.passes()
         while True:
-            if self._call("add", "deaths", 0) > 0 or self._call("add", "trouble", 0) >= self.world_size \
-                    or self._board_deaths():
+            if self._call("add", "trouble", 0) >= self.world_size or self._board_deaths():
                 return
             now = time.monotonic()
             if now >= grace_ends and (passes_then is None or now >= verdict_by
@@ -430,8 +427,8 @@ class Coordinator:
         """This rank is done with the store after a failure (it has read the others' accounts). The
         rank hosting the store stays until every rank not reported dead has left too, _LINGER_S at
         most (a hung rank never leaves): the others fail in turn once they see this rank's failure."""
-        def alive() -> int:  # deaths a launcher reported, through the store or on its board
-            return self.world_size - max(self._call("add", "deaths", 0), len(self._board_deaths()))
+        def alive() -> int:  # the ranks the local launcher has not seen die
+            return self.world_size - len(self._board_deaths())
 
         self._linger_until_read("left", alive)
 
@@ -457,7 +454,7 @@ class Coordinator:
         for rank in range(self.world_size):
             if rank == self.rank:
                 continue
-            died = self._died(rank, board_deaths)
+            died = board_deaths.get(rank)
             if died:
                 dead.append(f"rank {rank} died ({died})")
             elif self._has(f"failed/{rank}"):
@@ -474,16 +471,3 @@ class Coordinator:
             parts.append(f"{format_ranks(silent)} did not report (hung, or died unseen)")
         return "; ".join(parts)
 
-
-def announce_death(host: str, port: int, attempt: str, rank: int, reason: str,
-                   timeout_s: float = 2.0) -> bool:
-    """From a launcher: record that ``rank`` died (e.g. 'SIGKILL') so the others say so and stop."""
-    try:
-        store = dist.PrefixStore(key_prefix(attempt),
-                                 dist.TCPStore(host, port, None, False, timedelta(seconds=timeout_s)))
-        store.set(f"dead/{rank}", reason)
-        store.add("deaths", 1)
-        store.add("trouble", 1)
-        return True
-    except (dist.DistError, RuntimeError, ValueError):
-        return False  # the store went with its host: the ranks find out on their own
