@@ -26,7 +26,7 @@ from commbench.core.groups import Membership, world_plan  # noqa: E402
 from commbench.measure.collectives import REGISTRY, Layout  # noqa: E402
 from commbench.measure.planning import PlannedSize, SizeLimits, TablePlan, memory_need  # noqa: E402
 from commbench.measure.sampling import IterationBudget  # noqa: E402
-from commbench.running.placement import memory_budget  # noqa: E402
+from commbench.running.rank import memory_budget  # noqa: E402
 from commbench.running.runner import SizePoint, measure_size, sampling_policy  # noqa: E402
 from commbench.running.spawn import free_port  # noqa: E402
 from commbench.writers.output import NullOutput  # noqa: E402
