@@ -184,6 +184,8 @@ class Coordinator:
 
     # --- store access -------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> Any:
+        """Every request of the check-ins, and so the one place a request gets its bound: a store that
+        stopped answering is StoreLost, naming where it was."""
         try:
             return getattr(self._store, method)(*args)
         except dist.DistError as exc:
