@@ -1,0 +1,211 @@
+"""Where a series ran, as the bound model reads it: the group's hosts and ranks on each, and each host's
+links (GPUs and their NVLinks, NVSwitch, PCIe; RDMA ports; Ethernet; CPUs, their load and memory copy
+rate) from its hardware record (provenance/hardware.py's format, any commbench version's).
+
+Invariants: pure functions of saved data; what a record does not say stays None (never a default that
+looks like a measurement); the group read is the first of the run's groups (sub-communicators of one
+run have one shape), and ``sharing`` counts the groups whose traffic leaves each host.
+"""
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from commbench.provenance.baselines import Baselines, Link
+from commbench.provenance.explain.nccl_env import NcclEnv
+from commbench.provenance.nccl_debug import NCCL_FUNCTIONS
+
+_NV_CELL = re.compile(r"^NV(\d+)$")
+SWITCHED_BOARD_GPUS = 8  # an HGX board: 8 GPUs of NVLink 4 or later meet in NVSwitches, never a mesh
+
+
+@dataclass(frozen=True)
+class Pcie:
+    gen: int
+    width: int
+
+    def text(self) -> str:
+        return f"PCIe {self.gen} x{self.width}"
+
+
+def _pcie(gen: Any, width: Any) -> Pcie | None:
+    return Pcie(gen, width) if isinstance(gen, int) and isinstance(width, int) and gen and width else None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    links: int | None  # active NVLinks (None: not probed)
+    pcie: Pcie | None  # the most the link can run at
+    pcie_now: Pcie | None  # what it ran at when probed (GPUs lower it when idle)
+    numa_node: int | None
+
+
+@dataclass(frozen=True)
+class Port:
+    """An active InfiniBand or RoCE port, and its device's PCIe link and NUMA node."""
+
+    device: str
+    port: int | None
+    rate_gbps: float  # Gb/s, as the port's rate file gives it
+    link_layer: str
+    pcie: Pcie | None
+    pcie_now: Pcie | None
+    numa_node: int | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}:{self.port}" if self.port is not None else self.device
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    gpus: tuple[Gpu, ...]
+    link: Link | None  # the GPUs' NVLink generation (from the model)
+    model_links: int | None  # NVLinks the model has
+    nvswitch: bool | None
+    nvswitch_basis: str
+    ports: tuple[Port, ...]  # active RDMA ports
+    ethernet: tuple[str, float] | None  # the fastest physical interface that is up: (name, Gb/s)
+    usable_cpus: int | None
+    load_1min: float | None
+    copy_gbps: float | None  # one thread's memory copy rate
+    nccl_version: str
+
+    @property
+    def gpu_model(self) -> str:
+        return "/".join(sorted({gpu.name for gpu in self.gpus})) or "no GPU"
+
+    @property
+    def fewest_links(self) -> int | None:
+        links = [gpu.links for gpu in self.gpus]
+        return None if not links or any(count is None for count in links) else min(links)  # type: ignore
+
+    @property
+    def slowest_pcie(self) -> Pcie | None:
+        found = [gpu.pcie for gpu in self.gpus]
+        if not found or any(pcie is None for pcie in found):
+            return None
+        return min(found, key=lambda pcie: (pcie.gen, pcie.width))  # type: ignore[arg-type, return-value]
+
+
+def _switched(gpus: tuple[Gpu, ...], link: Link | None, topology: str) -> tuple[bool | None, str]:
+    """Whether NVSwitch joins the GPUs, and what says so: the topology matrix (every pair NV<all links>:
+    switched; fewer: a direct mesh), else an 8-GPU board of NVLink 4 or later, else unknown."""
+    pairs = [int(found[1]) for line in topology.splitlines() if line.startswith("GPU")
+             for cell in line.split()[1:] if (found := _NV_CELL.match(cell))]
+    active = min((gpu.links for gpu in gpus if gpu.links), default=None)
+    if pairs and active and len(gpus) >= 3:
+        if all(count == active for count in pairs):
+            return True, f"topology: every GPU pair NV{active}"
+        return False, f"topology: GPU pairs NV{min(pairs)}-NV{max(pairs)}, a direct mesh"
+    generation = int(link.name[-1]) if link and link.name[-1:].isdigit() else 0
+    if len(gpus) >= SWITCHED_BOARD_GPUS and generation >= 4 and active:
+        return True, f"{len(gpus)} GPUs of {link.name} on one board (HGX boards switch them)"  # type: ignore
+    return None, "not known: no topology matrix of 3 or more GPUs recorded"
+
+
+def host_of(name: str, record: Mapping[str, Any], baselines: Baselines) -> Host:
+    devices = (record.get("gpus") or {}).get("devices") or []
+    gpus = tuple(Gpu(device.get("index", index), device.get("name") or "GPU", device.get("nvlink_links"),
+                     _pcie(device.get("pcie_gen"), device.get("pcie_width")),
+                     _pcie(device.get("pcie_gen_current"), device.get("pcie_width_current")),
+                     device.get("numa_node")) for index, device in enumerate(devices))
+    model = gpus[0].name if gpus else ""
+    link = baselines.link_of_model(model) if gpus else None
+    switched, basis = _switched(gpus, link, (record.get("gpus") or {}).get("topology") or "")
+    ports = tuple(Port(port.get("device", ""), port.get("port"), float(port["rate_gbps"]),
+                       port.get("link_layer") or "InfiniBand",
+                       _pcie(port.get("pcie_gen"), port.get("pcie_width")),
+                       _pcie(port.get("pcie_gen_current"), port.get("pcie_width_current")),
+                       port.get("numa_node"))
+                  for port in record.get("infiniband") or []
+                  if port.get("state") == "ACTIVE" and port.get("rate_gbps"))
+    up = [interface for interface in record.get("network") or []
+          if not interface.get("virtual") and interface.get("state") == "up" and interface.get("speed_mbps")]
+    fastest = max(up, key=lambda interface: interface["speed_mbps"], default=None)
+    load = record.get("load") or {}
+    cpu = record.get("cpu") or {}
+    limit = (record.get("container") or {}).get("cpu_limit")
+    usable_cpus = load.get("usable_cpus") or cpu.get("logical_cpus") or None
+    if usable_cpus and limit and limit >= 1:  # a container's CPU quota caps what its affinity allows
+        usable_cpus = min(usable_cpus, int(limit))
+    return Host(name=name, gpus=gpus, link=link,
+                model_links=baselines.links_of_model(model) if gpus else None,
+                nvswitch=switched, nvswitch_basis=basis, ports=ports,
+                ethernet=None if fastest is None else (fastest["name"], fastest["speed_mbps"] / 1000),
+                usable_cpus=usable_cpus, load_1min=load.get("load_1min"),
+                copy_gbps=(record.get("memory_copy") or {}).get("gbps"),
+                nccl_version=str((record.get("software") or {}).get("nccl") or ""))
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One series' setting: its collective, the group it ran in, the hosts of that group and their links,
+    and what rank 0's NCCL variables allow."""
+
+    collective: str
+    function: str  # the NCCL function ('AllReduce'); '' for Send/Recv-based collectives
+    busbw_factor: float
+    device: str
+    backend: str
+    group_size: int
+    ranks: tuple[tuple[str, int], ...]  # (host, ranks of the group on it), in rank order
+    sharing: Mapping[str, int]  # host -> groups spanning hosts that have ranks on it
+    hosts: Mapping[str, Host]
+    env: NcclEnv
+    missing: str = ""  # why the hardware cannot be read ('' when it can)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def per_node(self) -> int:
+        """The fewest ranks of the group on one host."""
+        return min((count for _, count in self.ranks), default=0)
+
+    def describe(self) -> str:
+        counts = sorted({count for _, count in self.ranks})
+        per = "/".join(map(str, counts))
+        hosts = f"{self.nodes} host{'s' if self.nodes != 1 else ''}"
+        return (f"{self.group_size} ranks on {hosts} ({per} per host), {self.backend} on {self.device}"
+                + (f", {self.hosts[self.ranks[0][0]].gpu_model}" if self.device == "cuda" and self.ranks
+                   and self.ranks[0][0] in self.hosts else ""))
+
+
+def _groups(meta: Mapping[str, Any], world: int) -> list[list[int]]:
+    members = (meta.get("groups") or {}).get("members") or []
+    return [list(group) for group in members if isinstance(group, list)] or [list(range(world))]
+
+
+def scope_of(meta: Mapping[str, Any], collective: str, busbw_factor: float, baselines: Baselines) -> Scope:
+    hostnames = [str(name) for name in meta.get("hostnames") or []]
+    hardware = meta.get("hardware") or {}
+    world = int(meta.get("world_size") or len(hostnames) or 0)
+    groups = _groups(meta, world)
+    group = groups[0]
+    missing = ""
+    if not hostnames or any(rank >= len(hostnames) for rank in group):
+        missing = "the run recorded no host names"
+        counts: Counter[str] = Counter()
+    else:
+        counts = Counter(hostnames[rank] for rank in group)
+    spanning = [{hostnames[rank] for rank in ranks} for ranks in groups if hostnames
+                and all(rank < len(hostnames) for rank in ranks)]
+    sharing = {host: max(1, sum(host in hosts for hosts in spanning if len(hosts) > 1)) for host in counts}
+    if not missing and not hardware:
+        missing = "the run recorded no hardware (a run saved before commbench recorded it)"
+    absent = [host for host in counts if host not in hardware]
+    if not missing and absent:
+        missing = f"no hardware record of {', '.join(sorted(absent))}"
+    hosts = {host: host_of(host, hardware[host], baselines) for host in counts if host in hardware}
+    return Scope(collective=collective, function=NCCL_FUNCTIONS.get(collective, ""),
+                 busbw_factor=busbw_factor,
+                 device=str(meta.get("device") or ""), backend=str(meta.get("backend") or ""),
+                 group_size=len(group), ranks=tuple(counts.items()), sharing=sharing, hosts=hosts,
+                 env=NcclEnv.of(meta.get("env")), missing=missing)
