@@ -123,8 +123,10 @@ def pcie(link: Pcie | None, what: str, baselines: Baselines) -> Part | None:
 def intra(host: Host, env: NcclEnv, baselines: Baselines) -> Part | None:
     """What one GPU can send to its peers on the host per direction: NVLink, else its PCIe link (P2P or,
     with P2P disabled, through host memory); with SHM disabled too, its NIC."""
-    if env.p2p_disabled and env.shm_disabled:
-        return one_nic(host, env, baselines)
+    if env.p2p_disabled and env.shm_disabled:  # out through a NIC and back: its port or the GPU's slot
+        parts = [part for part in (one_nic(host, env, baselines), pcie(host.slowest_pcie, "GPU", baselines))
+                 if part is not None]
+        return min(parts, key=lambda part: part.gbps) if parts else None
     if env.p2p_disabled:
         return pcie(host.slowest_pcie, "GPU to host memory (P2P disabled, SHM):", baselines)
     return nvlink(host, NCCL_P2P) or pcie(host.slowest_pcie, "GPU", baselines)

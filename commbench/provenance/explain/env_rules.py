@@ -72,11 +72,11 @@ def ib_hca(ctx: Context) -> Reason | None:
     chosen = ctx.scope.env.hca
     if chosen is None:
         return None
-    hosts = [ctx.scope.hosts[name] for name, _ in ctx.scope.ranks]
-    ports = sum(len(host.ports) for host in hosts)
-    named = sum(chosen.allows(port.device, port.port) for host in hosts for port in host.ports)
+    host = ctx.scope.hosts[ctx.scope.ranks[0][0]]
+    named = sum(chosen.allows(port.device, port.port) for port in host.ports)
     return _env_reason(ctx, "ib-hca", ("NCCL_IB_HCA",),
-                       f"NCCL_IB_HCA={chosen.text} names {named} of the {ports} active ports")
+                       f"NCCL_IB_HCA={chosen.text} names {named} of {host.name}'s {len(host.ports)} "
+                       "active ports")
 
 
 def gdr_level(ctx: Context) -> Reason | None:

@@ -93,9 +93,10 @@ def uneven_ranks(ctx: Context) -> Reason | None:
 
 
 def oversubscribed(ctx: Context) -> Reason | None:
-    evidence = {host.name: f"{ranks} ranks on {host.usable_cpus} usable CPUs"
-                for host, ranks in ((ctx.scope.hosts[name], ranks) for name, ranks in ctx.scope.ranks)
-                if host.usable_cpus and ranks > host.usable_cpus}
+    hosts = [(ctx.scope.hosts[name], ranks) for name, ranks in ctx.scope.ranks]
+    evidence = {host.name: f"{ranks} ranks on {host.usable_cpus} usable "
+                           f"CPU{'s' if host.usable_cpus > 1 else ''}"
+                for host, ranks in hosts if host.usable_cpus and ranks > host.usable_cpus}
     if not evidence:
         return None
     relieved = {name: replace(ctx.scope.hosts[name], usable_cpus=ranks) for name, ranks in ctx.scope.ranks}
