@@ -94,17 +94,19 @@ class Host:
 
 
 def _switched(gpus: tuple[Gpu, ...], link: Link | None, topology: str) -> tuple[bool | None, str]:
-    """Whether NVSwitch joins the GPUs, and what says so: the topology matrix (every pair NV<all links>:
-    switched; fewer: a direct mesh), else an 8-GPU board of NVLink 4 or later, else unknown."""
+    """Whether NVSwitch joins the GPUs, and what says so. The topology matrix: through a switch a pair
+    shows all of a GPU's links (NV18), in a direct mesh the links are shared out among the peers (NV6 x 3
+    peers). Without one: an 8-GPU board of NVLink 4 or later (HGX) is switched; else unknown."""
     pairs = [int(found[1]) for line in topology.splitlines() if line.startswith("GPU")
              for cell in line.split()[1:] if (found := _NV_CELL.match(cell))]
-    active = min((gpu.links for gpu in gpus if gpu.links), default=None)
-    if pairs and active and len(gpus) >= 3:
-        if all(count == active for count in pairs):
-            return True, f"topology: every GPU pair NV{active}"
-        return False, f"topology: GPU pairs NV{min(pairs)}-NV{max(pairs)}, a direct mesh"
+    full = max((gpu.links for gpu in gpus if gpu.links), default=None)
+    if pairs and full and len(gpus) >= 3:
+        if max(pairs) >= full:
+            return True, f"topology: GPU pairs NV{max(pairs)}, every link through the switch"
+        if max(pairs) * (len(gpus) - 1) <= full:
+            return False, f"topology: GPU pairs NV{max(pairs)}, a direct mesh"
     generation = int(link.name[-1]) if link and link.name[-1:].isdigit() else 0
-    if len(gpus) >= SWITCHED_BOARD_GPUS and generation >= 4 and active:
+    if len(gpus) >= SWITCHED_BOARD_GPUS and generation >= 4 and full:
         return True, f"{len(gpus)} GPUs of {link.name} on one board (HGX boards switch them)"  # type: ignore
     return None, "not known: no topology matrix of 3 or more GPUs recorded"
 
