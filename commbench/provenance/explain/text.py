@@ -62,7 +62,9 @@ def regime_text(regime: Regime | None) -> str:
     text = (f"α = {regime.alpha_us:.3g} µs, β = {number(regime.beta_gbps)} GB/s (busbw "
             f"{number(regime.beta_bus_gbps)}): latency-bound below {approximate_size(regime.half_bytes)}, "
             f"90% of β from {approximate_size(regime.near_peak_bytes)}")
-    return text if regime.reliable else f"{text} (fit {regime.reliability}: not quoted by the rules)"
+    if regime.reliable:
+        return text
+    return f"{text} (unreliable fit: {regime.reliability}; the rules do not use it)"
 
 
 def reason_lines(reasons: tuple[Reason, ...], indent: str = "    ") -> list[str]:
