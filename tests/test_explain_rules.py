@@ -3,9 +3,10 @@ evidence it read, and on records without it (or where the cause costs nothing), 
 records are commbench's formats (tests/explain_helpers.py); the engine reads them as a saved run's."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from commbench.provenance.baselines import load_baselines
 from commbench.provenance.explain.engine import explain_run
 from commbench.provenance.explain.nccl_env import ALGORITHMS, PROTOCOLS, HcaFilter, NcclEnv
 from commbench.provenance.explain.text import console_line, row_sentence
@@ -13,6 +14,7 @@ from commbench.results.fit import fit_rows
 from tests.explain_helpers import cpu_host, gpu_host, row, run_meta
 
 GIB = 1024**3
+BASELINES = load_baselines()
 H100 = {"gpu": "NVIDIA H100 80GB HBM3", "gpus": 8, "nvlinks": 18, "pcie": [5, 16], "nvswitch": True}
 A100 = {"gpu": "NVIDIA A100-SXM4-80GB", "gpus": 8, "nvlinks": 12, "pcie": [4, 16], "nvswitch": True}
 NDR = {"nics": 8, "nic_gbps": 400, "link_layer": "InfiniBand", "nic_pcie": [5, 16]}
@@ -251,3 +253,56 @@ def test_an_exclusion_is_the_complement_of_its_list(names):
     excluded = NcclEnv({"NCCL_ALGO": "^" + ",".join(sorted(names))}).algorithms("AllReduce")
     assert listed is not None and excluded is not None
     assert listed | excluded == frozenset(ALGORITHMS) and not listed & excluded
+
+
+# --- untrusted records -----------------------------------------------------------------------------------
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats() | st.text(max_size=6),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                 max_size=3), max_leaves=8)
+GPU_KEYS = ("index", "name", "nvlink_links", "pcie_gen", "pcie_width", "pcie_gen_current",
+            "pcie_width_current", "numa_node")
+PORT_KEYS = ("device", "port", "rate_gbps", "state", "link_layer", "pcie_gen", "pcie_width", "numa_node")
+RECORDS = st.fixed_dictionaries({}, optional={
+    "gpus": st.fixed_dictionaries({}, optional={
+        "devices": st.lists(st.dictionaries(st.sampled_from(GPU_KEYS), JSON | st.sampled_from(
+            ["NVIDIA H100 80GB HBM3", 18, 5, 16])), max_size=9) | JSON, "topology": JSON}) | JSON,
+    "infiniband": st.lists(st.dictionaries(st.sampled_from(PORT_KEYS), JSON | st.just("ACTIVE")), max_size=3),
+    "network": JSON, "load": JSON, "cpu": JSON, "memory_copy": JSON, "container": JSON, "software": JSON})
+
+
+@given(records=st.dictionaries(st.sampled_from(["a", "b"]), RECORDS, max_size=2),
+       hostnames=st.lists(st.sampled_from(["a", "b", "c"]), max_size=4) | JSON,
+       env=st.dictionaries(st.sampled_from(["NCCL_ALGO", "NCCL_IB_HCA", "NCCL_P2P_DISABLE", "OTHER"]),
+                           st.text(max_size=8)) | JSON,
+       groups=JSON, backend=st.sampled_from(["nccl", "gloo", "mpi", ""]))
+@settings(deadline=None, max_examples=60)
+def test_any_saved_records_are_explained_without_raising(records, hostnames, env, groups, backend):
+    meta = {"hostnames": hostnames, "hardware": records, "world_size": 2, "device": "cuda",
+            "backend": backend, "env": env, "groups": groups}
+    for explained in explain_run(meta, [row("all_reduce", 2, 1 << 20, 1.0, nccl_algo="RING")], [], BASELINES):
+        assert console_line(explained) is not None
+        explained.to_dict()
+
+
+@given(gpus=st.integers(1, 9), nvlinks=st.integers(0, 20), gen=st.integers(0, 7), nics=st.integers(0, 3),
+       hosts=st.integers(1, 3), per_host=st.integers(2, 9), collective=st.sampled_from(
+           ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]),
+       env=st.dictionaries(st.sampled_from(["NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE",
+                                            "NCCL_SHM_DISABLE", "NCCL_IB_HCA", "NCCL_NET_GDR_LEVEL"]),
+                           st.sampled_from(["0", "1", "Ring", "^NVLS", "LL", "=mlx5_1", "LOC", ""])),
+       algorithm=st.sampled_from(["", "RING", "TREE", "NVLS", "NVLS_TREE", "COLLNET_DIRECT", "PAT", "7"]))
+@settings(deadline=None, max_examples=60)
+def test_any_plausible_gpu_cluster_gets_finite_bounds_and_reasons(gpus, nvlinks, gen, nics, hosts, per_host,
+                                                                   collective, env, algorithm):
+    spec = {"gpu": "NVIDIA H100 80GB HBM3", "gpus": gpus, "nvlinks": nvlinks, "pcie": [gen, 16],
+            "nvswitch": gpus >= 3, "nics": nics, "nic_gbps": 400, "link_layer": "InfiniBand",
+            "nic_pcie": [5, 16]}
+    names = [f"h{index}" for index in range(hosts)]
+    meta = run_meta({name: gpu_host(spec) for name in names}, dict.fromkeys(names, per_host), env=env)
+    rows = [row(collective, hosts * per_host, GIB, 10.0, nccl_algo=algorithm)]
+    for explained in explain_run(meta, rows, [], BASELINES):
+        for bound in (*explained.hardware, *explained.allowed):
+            assert bound.gbps is None or 0 < bound.gbps < 10_000
+        assert all(reason.loss is None or 0 <= reason.loss <= 1 for reason in explained.reasons())
+        assert console_line(explained)

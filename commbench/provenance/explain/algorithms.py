@@ -244,6 +244,8 @@ def _allowed(bound: Bound, scope: Scope, env: NcclEnv) -> Bound:
 def bound_of(algorithm: str, scope: Scope, env: NcclEnv, baselines: Baselines) -> Bound:
     """One algorithm's bound as the hardware and ``env``'s transports allow it, before NCCL_ALGO and the
     like: what an algorithm NCCL did run could reach."""
+    if scope.missing:
+        return Bound(algorithm, None, why_not=scope.missing)
     if algorithm == "GLOO":
         return gloo(scope, env, baselines)
     if algorithm == "P2P":

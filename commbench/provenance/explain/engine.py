@@ -139,10 +139,14 @@ def explain_series(meta: Mapping[str, Any], rows: list[Row], fit: SeriesFit | No
     first = rows[0]
     scope = scope_of(meta, first.collective, first.busbw_factor, baselines)
     hardware, allowed = bounds(scope, NcclEnv(), baselines), bounds(scope, scope.env, baselines)
-    threshold = float((meta.get("config") or {}).get("skew_threshold_percent") or DEFAULT_SKEW_THRESHOLD)
-    hostnames = tuple(str(name) for name in meta.get("hostnames") or [])
-    context = Context(scope, hardware, allowed, baselines, skew_threshold=threshold, hostnames=hostnames,
-                      regime=Regime.of(fit))
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    threshold = config.get("skew_threshold_percent")  # the run's --skew-threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        threshold = DEFAULT_SKEW_THRESHOLD
+    names = meta.get("hostnames")
+    hostnames = tuple(str(name) for name in names) if isinstance(names, list) else ()
+    context = Context(scope, hardware, allowed, baselines, skew_threshold=float(threshold),
+                      hostnames=hostnames, regime=Regime.of(fit))
     series_reasons = [] if scope.missing else [reason for rule in SERIES_RULES if (reason := rule(context))]
     explained = []
     for row in sorted(rows, key=lambda row: row.size_bytes):

@@ -7,6 +7,7 @@ looks like a measurement); the group read is the first of the run's groups (sub-
 run have one shape), and ``sharing`` counts the groups whose traffic leaves each host.
 """
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -31,7 +32,10 @@ class Pcie:
 
 
 def _pcie(gen: Any, width: Any) -> Pcie | None:
-    return Pcie(gen, width) if isinstance(gen, int) and isinstance(width, int) and gen and width else None
+    """A link a record gives as generation and width (1..6, 1..32), else None."""
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in (gen, width)):
+        return None
+    return Pcie(gen, width) if 1 <= gen <= 6 and 1 <= width <= 32 else None
 
 
 @dataclass(frozen=True)
@@ -111,38 +115,82 @@ def _switched(gpus: tuple[Gpu, ...], link: Link | None, topology: str) -> tuple[
     return None, "not known: no topology matrix of 3 or more GPUs recorded"
 
 
-def host_of(name: str, record: Mapping[str, Any], baselines: Baselines) -> Host:
-    devices = (record.get("gpus") or {}).get("devices") or []
-    gpus = tuple(Gpu(device.get("index", index), device.get("name") or "GPU", device.get("nvlink_links"),
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _positive(value: Any) -> float | None:
+    """A finite number above 0 (a file's rate or speed), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _section(record: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = record.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _gpus(record: Mapping[str, Any]) -> tuple[Gpu, ...]:
+    devices = _dicts(_section(record, "gpus").get("devices"))
+    return tuple(Gpu(_int(device.get("index")) or index, _text(device.get("name")) or "GPU",
+                     _int(device.get("nvlink_links")),
                      _pcie(device.get("pcie_gen"), device.get("pcie_width")),
                      _pcie(device.get("pcie_gen_current"), device.get("pcie_width_current")),
-                     device.get("numa_node")) for index, device in enumerate(devices))
+                     _int(device.get("numa_node"))) for index, device in enumerate(devices))
+
+
+def _ports(record: Mapping[str, Any]) -> tuple[Port, ...]:
+    return tuple(Port(_text(port.get("device")), _int(port.get("port")), rate,
+                      _text(port.get("link_layer")) or "InfiniBand",
+                      _pcie(port.get("pcie_gen"), port.get("pcie_width")),
+                      _pcie(port.get("pcie_gen_current"), port.get("pcie_width_current")),
+                      _int(port.get("numa_node")))
+                 for port in _dicts(record.get("infiniband"))
+                 if port.get("state") == "ACTIVE" and (rate := _positive(port.get("rate_gbps"))))
+
+
+def _ethernet(record: Mapping[str, Any]) -> tuple[str, float] | None:
+    """The fastest physical interface that is up: (name, Gb/s)."""
+    up = [(_text(interface.get("name")), speed / 1000) for interface in _dicts(record.get("network"))
+          if not interface.get("virtual") and interface.get("state") == "up"
+          and (speed := _positive(interface.get("speed_mbps")))]
+    return max(up, key=lambda interface: interface[1], default=None)
+
+
+def _usable_cpus(record: Mapping[str, Any]) -> int | None:
+    """The CPUs a rank may run on: its affinity (else the online CPUs), capped by a container's quota."""
+    usable = (_int(_section(record, "load").get("usable_cpus"))
+              or _int(_section(record, "cpu").get("logical_cpus")))
+    limit = _positive(_section(record, "container").get("cpu_limit"))
+    if usable and limit and limit >= 1:
+        return min(usable, int(limit))
+    return usable or None
+
+
+def host_of(name: str, record: Mapping[str, Any], baselines: Baselines) -> Host:
+    """A host's links from its record, any commbench version's, read as untrusted data: a field of the
+    wrong type is as good as absent."""
+    record = record if isinstance(record, Mapping) else {}
+    gpus = _gpus(record)
     model = gpus[0].name if gpus else ""
     link = baselines.link_of_model(model) if gpus else None
-    switched, basis = _switched(gpus, link, (record.get("gpus") or {}).get("topology") or "")
-    ports = tuple(Port(port.get("device", ""), port.get("port"), float(port["rate_gbps"]),
-                       port.get("link_layer") or "InfiniBand",
-                       _pcie(port.get("pcie_gen"), port.get("pcie_width")),
-                       _pcie(port.get("pcie_gen_current"), port.get("pcie_width_current")),
-                       port.get("numa_node"))
-                  for port in record.get("infiniband") or []
-                  if port.get("state") == "ACTIVE" and port.get("rate_gbps"))
-    up = [interface for interface in record.get("network") or []
-          if not interface.get("virtual") and interface.get("state") == "up" and interface.get("speed_mbps")]
-    fastest = max(up, key=lambda interface: interface["speed_mbps"], default=None)
-    load = record.get("load") or {}
-    cpu = record.get("cpu") or {}
-    limit = (record.get("container") or {}).get("cpu_limit")
-    usable_cpus = load.get("usable_cpus") or cpu.get("logical_cpus") or None
-    if usable_cpus and limit and limit >= 1:  # a container's CPU quota caps what its affinity allows
-        usable_cpus = min(usable_cpus, int(limit))
+    switched, basis = _switched(gpus, link, _text(_section(record, "gpus").get("topology")))
+    load = _section(record, "load")
     return Host(name=name, gpus=gpus, link=link,
                 model_links=baselines.links_of_model(model) if gpus else None,
-                nvswitch=switched, nvswitch_basis=basis, ports=ports,
-                ethernet=None if fastest is None else (fastest["name"], fastest["speed_mbps"] / 1000),
-                usable_cpus=usable_cpus, load_1min=load.get("load_1min"),
-                copy_gbps=(record.get("memory_copy") or {}).get("gbps"),
-                nccl_version=str((record.get("software") or {}).get("nccl") or ""))
+                nvswitch=switched, nvswitch_basis=basis, ports=_ports(record), ethernet=_ethernet(record),
+                usable_cpus=_usable_cpus(record), load_1min=_positive(load.get("load_1min")),
+                copy_gbps=_positive(_section(record, "memory_copy").get("gbps")),
+                nccl_version=_text(_section(record, "software").get("nccl")))
 
 
 @dataclass(frozen=True)
@@ -181,14 +229,18 @@ class Scope:
 
 
 def _groups(meta: Mapping[str, Any], world: int) -> list[list[int]]:
-    members = (meta.get("groups") or {}).get("members") or []
-    return [list(group) for group in members if isinstance(group, list)] or [list(range(world))]
+    members = (meta.get("groups") or {}).get("members") if isinstance(meta.get("groups"), dict) else None
+    found = [[rank for rank in group if _int(rank) is not None and rank >= 0]
+             for group in (members if isinstance(members, list) else []) if isinstance(group, list)]
+    return [group for group in found if group] or [list(range(world))]
 
 
 def scope_of(meta: Mapping[str, Any], collective: str, busbw_factor: float, baselines: Baselines) -> Scope:
-    hostnames = [str(name) for name in meta.get("hostnames") or []]
-    hardware = meta.get("hardware") or {}
-    world = int(meta.get("world_size") or len(hostnames) or 0)
+    """The series' setting from a run's meta (results.json's, read as untrusted data)."""
+    names = meta.get("hostnames")
+    hostnames = [str(name) for name in names] if isinstance(names, list) else []
+    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
+    world = _int(meta.get("world_size")) or len(hostnames)
     groups = _groups(meta, world)
     group = groups[0]
     missing = ""
@@ -206,8 +258,9 @@ def scope_of(meta: Mapping[str, Any], collective: str, busbw_factor: float, base
     if not missing and absent:
         missing = f"no hardware record of {', '.join(sorted(absent))}"
     hosts = {host: host_of(host, hardware[host], baselines) for host in counts if host in hardware}
+    env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     return Scope(collective=collective, function=NCCL_FUNCTIONS.get(collective, ""),
                  busbw_factor=busbw_factor,
                  device=str(meta.get("device") or ""), backend=str(meta.get("backend") or ""),
                  group_size=len(group), ranks=tuple(counts.items()), sharing=sharing, hosts=hosts,
-                 env=NcclEnv.of(meta.get("env")), missing=missing)
+                 env=NcclEnv.of(env), missing=missing)
