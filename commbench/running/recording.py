@@ -87,7 +87,7 @@ class Recording:
         csv_path, json_path = result_paths(setup, meta.run_id)
         self.writer = ResultWriter(meta, csv_path, json_path)
         self.table_rows: list[Row] = []  # the rows of the table being measured
-        self.explained: list[dict[str, Any]] = []  # results.json's explain.series, table by table
+        self.explained: dict[tuple, dict[str, Any]] = {}  # results.json's explain.series: each series' latest
 
     def note(self, text: str) -> None:
         self.reporter.note(text)
@@ -127,8 +127,9 @@ class Recording:
             return
         if not explained:
             return
-        self.explained.extend(series.to_dict() for series in explained)
-        self.writer.set_section("explain", {"model": MODEL_VERSION, "series": self.explained})
+        for series in explained:  # a soak's later pass replaces its series' explanation
+            self.explained[(series.benchmark, *sorted(series.series.items()))] = series.to_dict()
+        self.writer.set_section("explain", {"model": MODEL_VERSION, "series": list(self.explained.values())})
         line = console_line(explained[0])
         if line:
             self.note(line)
