@@ -18,6 +18,8 @@ from commbench import __version__
 from commbench.analysis.compare import compare_runs, pair_tables, summary_table, unmatched_lines
 from commbench.analysis.plot import draw, matplotlib_missing, save
 from commbench.core.sizes import format_size
+from commbench.provenance.explain.engine import explain_run
+from commbench.provenance.explain.text import html_section
 from commbench.provenance.html import hardware_table_html, peak_table_html
 from commbench.results.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fit, fit_rows, unreliable_text
 from commbench.results.frame import rows_frame, runs_frame
@@ -164,6 +166,7 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
         parts.append(f'<h3>{escape(collective)}</h3><img alt="{escape(collective)}: busbw and latency '
                      f'against size" src="{uri}">')
     parts.extend(peak_table_html(run.rows, run.label) for run in runs)
+    parts.extend(html_section(explain_run(run.meta, run.rows), run.label) for run in runs)
     parts.extend(soak_html(run) for run in runs)
     parts.append(f"<h2>α-β fits</h2>{html_table(fits_table(runs))}")
     parts.append("<h2>Results</h2>")

@@ -15,7 +15,7 @@ import click
 from commbench import __version__
 from commbench.cli.options import TORCHRUN_OPTIONS, launch_options, launcher_option_text, soak_options
 from commbench.cli.run import run, sweep
-from commbench.cli.saved import compare, plot, report
+from commbench.cli.saved import compare, explain, plot, report
 from commbench.cli.tools import env_command, list_command, replay
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
 from commbench.fabric.command import fabric_command
@@ -64,7 +64,7 @@ def cli() -> None:
     """
 
 
-for command in (run, sweep, compare, plot, report, env_command, replay, list_command):
+for command in (run, sweep, compare, plot, report, explain, env_command, replay, list_command):
     cli.add_command(command)
 # The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns, fabric's in fabric/command.py;
 # they share the launch options.

@@ -144,6 +144,17 @@ class Row:
         return found
 
 
+SKEW_FLOOR_US = 20.0  # smaller arrival skews are host scheduling jitter, whatever the op time
+
+
+def skew_percent(row: Row) -> float | None:
+    """A row's largest arrival skew as a percentage of its p50 time (the console's straggler line and
+    explain's straggler rule judge it)."""
+    if row.skew_us_max is None or not row.time_us_p50 or row.time_us_p50 <= 0:
+        return None
+    return 100.0 * row.skew_us_max / row.time_us_p50
+
+
 def describe_row(row: Row) -> str:
     """'all_reduce (float32, sum, in-place, sync) at 64 KiB', as messages name a row; with another
     implementation than c10d, 'all_reduce by symm-one-shot (...)'."""
