@@ -22,7 +22,7 @@ from commbench.provenance.html import hardware_table_html, peak_table_html
 from commbench.results.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fit, fit_rows, unreliable_text
 from commbench.results.frame import rows_frame, runs_frame
 from commbench.results.kinds import page_kind
-from commbench.results.model import SERIES_FIELDS, Row
+from commbench.results.model import SERIES_FIELDS, Row, describe_row
 from commbench.results.passes import SPIKE_FACTOR, soak_lines, time_spikes
 from commbench.results.saved import SavedRun, load_runs
 from commbench.writers.console import TextTable, run_table
@@ -139,9 +139,9 @@ def soak_html(run: SavedRun) -> str:
     if not lines:
         return ""
     spikes = time_spikes(run.rows)
-    rows = [[spike.label, ", ".join(map(str, spike.passes)), str(spike.total), f"{spike.median_us:.1f}",
-             f"{spike.worst_ratio:.2f}x", ", ".join(f"{t:.0f}" for t in spike.elapsed_s if t is not None)]
-            for spike in spikes]
+    rows = [[describe_row(spike.first), ", ".join(map(str, spike.passes)), str(spike.total),
+             f"{spike.median:.1f}", f"{spike.worst_ratio:.2f}x",
+             ", ".join(f"{t:.0f}" for t in spike.elapsed_s if t is not None)] for spike in spikes]
     table = TextTable(f"spikes: passes whose p50 is {SPIKE_FACTOR:g}x or more its own median", [
         "measurement", "passes", "of", "median µs", "worst", "at s"], rows, left_columns=2)
     return (f"<h2>Over time: {escape(run.label)}</h2><pre>{escape(chr(10).join(lines[:2]))}</pre>"
