@@ -6,6 +6,8 @@ so that it fits the width, the figure grows to fit its rows); runs are named in 
 between them (hosts, backend, versions, start time), not by run ids.
 """
 
+import base64
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +231,13 @@ def save(figure: Any, target: Path | BinaryIO, image_format: str | None = None) 
         figure.savefig(target, format=image_format, dpi=DPI)
     finally:
         pyplot.close(figure)
+
+
+def png_data_uri(figure: Any) -> str:
+    """The figure as a PNG in a data URI, for a page that loads nothing; the figure is released."""
+    buffer = io.BytesIO()
+    save(figure, buffer, "png")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def plot_command(paths: list[str], output: str, collectives: list[str] | None) -> None:
