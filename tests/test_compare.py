@@ -195,7 +195,7 @@ def test_more_files_compare_each_to_the_first_and_rows_in_one_file_are_listed(re
     assert out.count("\nbase ") + out.startswith("base ") == 2  # two comparisons, both against a
     assert "only in base (15 rows):" in out  # reduce_scatter_base's three sizes, five passes each
     assert "reduce_scatter_base · float32 · op sum · sync · gloo · 2 ranks: 1 KiB, 16 KiB, 256 KiB" in out
-    assert "only in new (1 rows):" in out and "123 B" in out
+    assert "only in new (1 row):" in out and "123 B" in out
     slowdowns = [line for line in out.splitlines() if "x slower (new/base" in line]
     assert len(slowdowns) == 8 and all(line.strip().startswith(f"{slowed}: ") for line in slowdowns)
 

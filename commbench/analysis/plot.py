@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.results.frame import rows_frame
 from commbench.results.kinds import drawing_kind
@@ -77,9 +78,10 @@ def _run_facts(run: SavedRun) -> dict[str, str]:
     meta = run.meta
     hosts = sorted(set(meta.get("hostnames") or []))
     versions = meta.get("versions") or {}
-    facts = {"hosts": hosts[0] if len(hosts) == 1 else f"{hosts[0]} +{len(hosts) - 1} hosts" if hosts else "",
+    more_hosts = f"{hosts[0]} +{plural(len(hosts) - 1, 'host')}" if hosts else ""
+    facts = {"hosts": hosts[0] if len(hosts) == 1 else more_hosts,
              "backend": str(meta.get("backend", "")), "device": str(meta.get("device", "")),
-             "world size": f"{meta['world_size']} ranks" if meta.get("world_size") else "",
+             "world size": plural(meta["world_size"], "rank") if meta.get("world_size") else "",
              "torch": f"torch {meta['torch_version']}" if meta.get("torch_version") else "",
              **{name: f"{name.upper()} {versions[name]}" for name in ("nccl", "cuda") if versions.get(name)},
              "commbench": f"commbench {meta['commbench_version']}" if meta.get("commbench_version") else ""}
@@ -136,7 +138,7 @@ def line_labels(lines: list[Line]) -> list[str]:
 
 def _series_part(name: str, value: Any) -> str:
     if name == "world_size":
-        return f"{value} ranks"
+        return plural(value, "rank")
     if name == "op":
         return f"op {value}" if value else ""
     return str(value)

@@ -16,6 +16,7 @@ from commbench import __version__
 from commbench.analysis.compare import compare_runs, pair_tables, summary_table, unmatched_lines
 from commbench.analysis.plot import draw, matplotlib_missing, png_data_uri
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.provenance.html import hardware_table_html, peak_table_html
 from commbench.results.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fit, fit_rows, unreliable_text
 from commbench.results.frame import rows_frame, runs_frame
@@ -87,8 +88,8 @@ def soak_html(run: SavedRun) -> str:
 def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
     """The page; ``plots_missing`` says why it has no plots (None: draw them)."""
     generated = datetime.now(UTC).isoformat(timespec="seconds")
-    parts = [f"<h1>commbench report</h1><p>{len(runs)} run(s), generated {escape(generated)} by commbench "
-             f"{escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
+    parts = [f"<h1>commbench report</h1><p>{plural(len(runs), 'run')}, generated {escape(generated)} by "
+             f"commbench {escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
     parts.append("<h2>Runs</h2>")
     for run in runs:
         parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}"

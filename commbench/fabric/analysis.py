@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from commbench.core.words import plural
 from commbench.fabric.drift import PassMedian, drift_line, pair_spikes, pass_medians, spike_dict
 from commbench.fabric.matrices import (
     BANDWIDTH_COLLECTIVE,
@@ -62,9 +63,8 @@ class FabricAnalysis:
         if not self.suspects:
             return [f"verdict: nothing suspicious: no pair is {self.slow_factor:g}x off the median of its "
                     f"class ({self._medians_text()})"]
-        count = len(self.suspects)
-        noun = "suspects" if count > 1 else "suspect"
-        lines = [f"verdict: {count} {noun}, most likely first ({self._medians_text()})"]
+        lines = [f"verdict: {plural(len(self.suspects), 'suspect')}, most likely first "
+                 f"({self._medians_text()})"]
         for index, suspect in enumerate(self.suspects, start=1):
             lines.append(f"  {index}. {suspect.label}")
             lines.extend(f"     {sentence}" for sentence in suspect.evidence)

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
 from commbench.fabric.heatmap import heatmap_figure
@@ -39,7 +40,7 @@ def load_analysis(run: SavedRun) -> FabricAnalysis:
         for rank in (row.src_rank, row.dst_rank):
             if rank is not None and not (isinstance(rank, int) and 0 <= rank < len(hostnames)):
                 raise UsageError(f"{run.path}: a fabric row names rank {rank!r}, outside the "
-                                 f"{len(hostnames)} ranks of its host list")
+                                 f"{plural(len(hostnames), 'rank')} of its host list")
     return analyse(run.rows, hostnames, recorded_slow_factor(run.meta.get("config") or {}))
 
 

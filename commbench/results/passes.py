@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commbench.core.words import plural
 from commbench.measure.robust import LATENCY, Metric, relative, robust_spread, slow_mask
 from commbench.results.model import Row, describe_row
 
@@ -110,7 +111,7 @@ def soak_lines(rows: list[Row]) -> list[str]:
             if row.repeat == passes[-1] and row.time_us_p50 and first.get(row.key())]
     if last:
         lines.append(f"drift: the last pass's times are {statistics.median(last):.2f}x the first's (median "
-                     f"over {len(last)} measurements)")
+                     f"over {plural(len(last), 'measurement')})")
     spikes = time_spikes(rows)
     lines += [f"spike: {describe_time_spike(spike)}" for spike in spikes[:10]]
     if len(spikes) > 10:

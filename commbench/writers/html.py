@@ -7,6 +7,7 @@ here or by the caller before it joins the page.
 
 from html import escape
 
+from commbench.core.words import plural
 from commbench.results.saved import SavedRun
 from commbench.writers.console import TextTable
 
@@ -68,8 +69,9 @@ def metadata_html(run: SavedRun) -> str:
     benchmarks = meta.get("benchmarks") or ([meta["config"]] if meta.get("config") else [])
     configs = "".join(f"<pre>{escape(_config_text(config))}</pre>" for config in benchmarks)
     return (_key_values(pairs)
-            + f"<details><summary>environment ({len(env)} variables)</summary>{env_html}</details>"
-            + f"<details><summary>configuration ({len(benchmarks)} benchmarks)</summary>{configs}</details>")
+            + f"<details><summary>environment ({plural(len(env), 'variable')})</summary>{env_html}</details>"
+            + f"<details><summary>configuration ({plural(len(benchmarks), 'benchmark')})</summary>{configs}"
+            "</details>")
 
 
 def _config_text(config: dict) -> str:
