@@ -67,12 +67,10 @@ def _no_stop() -> int:
 class Session:
     """What launch sets up once for a rank besides the backend: the sub-communicator it measures in,
     the stop requests (signals) that every rank agrees on between sizes, the memory budget the ranks
-    agreed on, every rank's host name, and (tests only) a size this rank leaves out of its sweeps, as a
-    rank whose sweep diverged would."""
+    agreed on and every rank's host name."""
 
     membership: Membership
     stop_requested: Callable[[], int] = _no_stop
-    skipped_size: int | None = None
     row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
     memory: MemoryBudget | None = None  # what a rank may fill when --max-memory does not say
     hostnames: tuple[str, ...] = ()  # by rank (fabric groups ranks by host)
@@ -154,8 +152,6 @@ def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: S
     impl = impls.table(table)
     table_rows: list[Row] = []
     for size in table.sizes:
-        if size.requested == session.skipped_size:
-            continue
         point = SizePoint(config, backend, table, size, session.membership, session.row_context,
                           session.memory, impl)
         _check_in(point, point.label(), session.stop_requested)
