@@ -94,7 +94,7 @@ def test_the_gate_line_is_a_percentage_of_the_p50(repeated_run, tmp_path, capsys
     slowed = passes_copy(repeated_run.json, tmp_path / "x10.json", {0, 2, 4, 6, 8}, 10.0, "all_reduce")
     assert main(["compare", str(base), str(slowed), "--fail-above", "50"]) == 1  # 900% > 50%
     out = capsys.readouterr().out
-    assert "FAILED, 4 significant slowdowns above 50% (3 points, 1 collectives" in out
+    assert "FAILED, 4 significant slowdowns above 50% (3 points, 1 collective" in out
     assert "all_reduce float32 sum sync" in out and "all_reduce, its 3 points together" in out
     assert main(["compare", str(base), str(slowed), "--fail-above", "1900"]) == 0  # 900% < 1900%
     capsys.readouterr()
