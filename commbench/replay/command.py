@@ -8,6 +8,7 @@ input stops before any process group starts, and the ranks then check that they 
 from dataclasses import dataclass, field, replace
 
 from commbench.config.launch import LaunchConfig, check_count, resolve_launch
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.replay.loading import load_trace
 from commbench.replay.mapping import ReplayPlan, map_trace
@@ -64,6 +65,5 @@ def mapped_plan(trace: Trace, world_size: int) -> ReplayPlan:
     plan = map_trace(trace, world_size)
     if not any(plan.ops.values()):
         reasons = ", ".join(f"{name} x{count}" for name, count in plan.unmapped.most_common(3))
-        ranks = "1 rank" if world_size == 1 else f"{world_size} ranks"
-        raise UsageError(f"no recorded operation can be placed on {ranks} ({reasons})")
+        raise UsageError(f"no recorded operation can be placed on {plural(world_size, 'rank')} ({reasons})")
     return plan

@@ -19,6 +19,7 @@ from commbench import __version__
 from commbench.backends.base import Backend
 from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.core.groups import GroupPlan
+from commbench.core.words import plural
 from commbench.provenance.explain.engine import MODEL_VERSION, explain_run
 from commbench.provenance.explain.text import console_line
 from commbench.results.fit import SeriesFit, fit_rows
@@ -160,6 +161,7 @@ class Recording:
         self.reporter.close()
         if self.table_rows:
             self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
-        self.reporter.note(f"interrupted by {signal_name}: {len(self.writer.rows)} rows measured and kept")
+        kept = plural(len(self.writer.rows), "row")
+        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept")
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()
