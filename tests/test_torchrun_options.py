@@ -240,6 +240,28 @@ def test_torchrun_s_own_option_after_dash_m_commbench_is_told_to_go_before_it(tm
     assert not list(tmp_path.iterdir())
 
 
+def test_a_rank_behind_rank_0_says_a_usage_error_only_when_its_launcher_leaves_it_running(
+        monkeypatch, capsys):
+    """Ranks other than 0 wait for the launcher to stop them once rank 0 has said the mistake (so rank
+    0 is never stopped before it speaks); a rank left running past the grace says it itself."""
+    import time
+
+    import importlib
+
+    entry = importlib.import_module("commbench.cli.main")
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setattr(entry, "USAGE_ERROR_GRACE_S", 0.5)
+    started = time.monotonic()
+    assert entry.main(["--sizes", "1X"]) == 2
+    assert time.monotonic() - started >= 0.5  # it waited before speaking
+    assert capsys.readouterr().err.count("commbench: error: malformed size '1X'") == 1
+
+
 def test_the_torchrun_options_named_in_hints_are_torchrun_s():
     from commbench.cli.options import TORCHRUN_OPTIONS
 

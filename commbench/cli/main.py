@@ -8,6 +8,7 @@ report and compare find them without importing a feature.
 
 import os
 import sys
+import time
 
 import click
 
@@ -75,14 +76,30 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+# How long a rank other than 0 waits for its launcher to stop it after a command-line mistake, before
+# saying the mistake itself (a launcher that leaves the others running once one exits, or a rank 0 that
+# never started).
+USAGE_ERROR_GRACE_S = 30.0
+
+
 def _rank_behind_rank_0() -> bool:
-    """Whether a launcher started this process as a rank other than 0. Every rank parses the same
-    command line, so a mistake in it is said once, by rank 0 (or by the only process)."""
+    """Whether a launcher started this process as a rank other than 0."""
     try:
         info = detect(os.environ)
     except UsageError:
         return False
     return info is not None and info.rank != 0
+
+
+def _say_usage_error(text: str) -> None:
+    """A command-line mistake, said once. Every rank parses the same command line and rank 0 says it;
+    the others wait instead of exiting at once, since a launcher (torchrun, mpirun, srun) stops every
+    rank when one exits, and a rank that exited first could have rank 0 stopped before it spoke. Once
+    rank 0 has said it and exited, the launcher ends the waiting ranks; one still here after the grace
+    says it too."""
+    if _rank_behind_rank_0():
+        time.sleep(USAGE_ERROR_GRACE_S)
+    print(f"commbench: error: {_one_line(text)}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,16 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})
     except click.NoSuchOption as exc:
         known = exc.option_name in TORCHRUN_OPTIONS
-        text = launcher_option_text(exc.option_name) if known else exc.format_message()
-        if not _rank_behind_rank_0():
-            print(f"commbench: error: {_one_line(text)}", file=sys.stderr)
+        _say_usage_error(launcher_option_text(exc.option_name) if known else exc.format_message())
         return 2
     except click.ClickException as exc:
-        if not _rank_behind_rank_0():
-            print(f"commbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        _say_usage_error(exc.format_message())
         return 2
     except UsageError as exc:
-        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        _say_usage_error(str(exc))
         return exc.exit_code
     except RunError as exc:
         print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
