@@ -15,6 +15,8 @@ and host name replaced by a placeholder and runs of spaces folded (measured valu
 run and rich sizes its columns to them); the CSV's header and, per row, every text cell and which cells
 are empty; the JSON's structure (keys, types, text values) with numbers as placeholders. So a change in
 a label, a column, a row, a note, a key or an exit status shows; a change in a measured value does not.
+Two captures of the same code can still differ where a long line wraps at a different word (the numbers
+in it differ in width): read the diff rather than trusting its count alone.
 """
 
 import argparse
@@ -74,6 +76,7 @@ TEMP_PATH = re.compile(r"/tmp/[^\s\"',)]*")
 # JSON keys whose text is a judgement of the measured values (a fit's reliability)
 VARIABLE_KEYS = {"reliability"}
 BOX_RUNS = re.compile(r"([━─═]){2,}")
+DIRECTION = re.compile(r"\b(faster|slower)\b")  # which way two runs of the same code differ is noise
 RUN_ID = re.compile(r"\b\d{8}-\d{6}[-\w]*")
 ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?")
 # CSV columns whose numbers follow from the command line, not from a measurement
@@ -91,7 +94,7 @@ def mask_text(text: str, places: dict[str, str], exact: bool = False) -> str:
     lines: list[str] = []
     body: list[str] = []  # a table's body rows, in sorted order (compare orders them by the measured change)
     for line in text.splitlines():
-        line = " ".join(BOX_RUNS.sub(r"\1", NUMBER.sub("N", line)).split())
+        line = " ".join(DIRECTION.sub("<faster|slower>", BOX_RUNS.sub(r"\1", NUMBER.sub("N", line))).split())
         if line.startswith("│"):
             body.append(line)
             continue

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.core.board import LauncherBoard
+from commbench.coordination import LauncherBoard
 from commbench.errors import Terminated
 from commbench.running.rank import StopRequests
 from commbench.running.spawn import failure_grace, free_port

@@ -244,9 +244,8 @@ def test_a_rank_behind_rank_0_says_a_usage_error_only_when_its_launcher_leaves_i
         monkeypatch, capsys):
     """Ranks other than 0 wait for the launcher to stop them once rank 0 has said the mistake (so rank
     0 is never stopped before it speaks); a rank left running past the grace says it itself."""
-    import time
-
     import importlib
+    import time
 
     entry = importlib.import_module("commbench.cli.main")
 
