@@ -15,10 +15,10 @@ from commbench.core.devices import cuda_ruled_out, torch_build
 from commbench.core.groups import check_group_options
 from commbench.errors import UsageError, did_you_mean
 from commbench.provenance.baselines import check_judging
+from commbench.writers.formats import OUTPUT_FORMATS
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
-OUTPUT_FORMATS = ("table", "nccl-tests", "jsonl")
 
 
 @dataclass(kw_only=True)

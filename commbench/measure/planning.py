@@ -19,7 +19,7 @@ from commbench.core.splits import DEFAULT_SPLITS, SplitSpec, parse_splits
 from commbench.core.splits import describe as describe_splits
 from commbench.core.words import plural
 from commbench.measure.collectives import REGISTRY, Collective, Layout, placements_for
-from commbench.measure.impls import impls_for
+from commbench.measure.impls import REFERENCE_IMPL, impls_for
 
 
 class DeviceChoice(Protocol):
@@ -231,7 +231,7 @@ class TablePlan:
     sizes: list[PlannedSize]
     placement: str = ""
     modes: tuple[str, ...] = ("sync",)
-    impl: str = "c10d"  # the implementation (measure.impls) the table's ops run by
+    impl: str = REFERENCE_IMPL  # the implementation (measure.impls) the table's ops run by
 
     def step_count(self) -> int:
         """The (size, mode) points this table measures."""

@@ -33,6 +33,7 @@ from commbench.core.words import plural
 from commbench.errors import Terminated, UsageError, failures_named
 from commbench.measure.check import SizeChecker
 from commbench.measure.collectives import Buffers, Layout
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.measure.planning import PlannedSize, TablePlan, plan_tables
 from commbench.measure.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.measure.timing import BoundOp, graph_replay_op, warm_up, warm_up_count
@@ -215,7 +216,7 @@ class SizePoint:
     membership: Membership
     row_context: RowContext | None = None
     memory: MemoryBudget | None = None  # the default budget (--max-memory, when given, comes first)
-    impl: ImplTable | None = None  # the table's implementation as set up on this rank (None: c10d)
+    impl: ImplTable | None = None  # the table's implementation as set up on this rank
 
     @property
     def placement(self) -> str:
@@ -223,8 +224,8 @@ class SizePoint:
 
     @property
     def how(self) -> str:
-        """' by symm-one-shot' for an implementation other than c10d, as messages name it."""
-        return "" if self.table.impl == "c10d" else f" by {self.table.impl}"
+        """' by symm-one-shot' for an implementation other than the reference, as messages name it."""
+        return "" if self.table.impl == REFERENCE_IMPL else f" by {self.table.impl}"
 
     def layout(self, allocate: Any = None) -> Layout:
         size, config = self.size, self.config

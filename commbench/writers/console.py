@@ -24,9 +24,10 @@ from rich.progress import (
 from rich.table import Table
 
 from commbench.core.sizes import format_size
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.results.fit import SeriesFit, fit_line
 from commbench.results.kinds import LiveRun, kind_named
-from commbench.results.model import DEFAULT_IMPL, SKEW_FLOOR_US, Row, RunMeta, skew_percent
+from commbench.results.model import SKEW_FLOOR_US, Row, RunMeta, skew_percent
 from commbench.results.side_by_side import unavailable
 
 
@@ -107,7 +108,7 @@ def group_title(row: Row) -> str:
     parts = [row.benchmark] if row.benchmark else []
     parts += [row.collective, row.dtype] + ([f"op {row.op}"] if row.op else [])
     parts += [row.placement] if row.placement else []
-    parts += [] if row.impl == DEFAULT_IMPL else [row.impl]
+    parts += [] if row.impl == REFERENCE_IMPL else [row.impl]
     return " · ".join(parts)
 
 
