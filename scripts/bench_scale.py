@@ -97,7 +97,7 @@ class ControlCounter:
         self.payload = {"all_gather": 0, "broadcast": 0}
 
     def install(self) -> None:
-        from commbench.backends.control import ControlGroup
+        from commbench.coordination import ControlGroup
 
         originals = {name: getattr(ControlGroup, name)
                      for name in ("all_gather_array", "_all_gather", "_broadcast", "barrier")}

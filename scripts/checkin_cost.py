@@ -1,6 +1,6 @@
 """What a size's check-in costs, side by side with a control barrier and a small timed op.
 
-Every size starts with one check-in through the rendezvous store (commbench/backends/coordination.py),
+Every size starts with one check-in through the rendezvous store (commbench/coordination/store.py),
 outside the timed region. This runs N local gloo ranks through the real start-up path
 (TorchDistBackend.create: store, join, process group) and times, in the same run:
   - check-ins (one per size in a sweep),
@@ -21,7 +21,8 @@ import torch
 def _rank(rank: int, world_size: int, port: int, repeats: int, results) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     from commbench.backends.base import CollectiveArgs
-    from commbench.backends.torch_dist import Rendezvous, TorchDistBackend
+    from commbench.backends.torch_dist import TorchDistBackend
+    from commbench.coordination import Rendezvous
 
     rendezvous = Rendezvous(rank, world_size, "127.0.0.1", port)
     backend = TorchDistBackend.create("gloo", torch.device("cpu"), rendezvous, 60.0)

@@ -19,14 +19,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # noqa: E402 - run from a checkout
 
 from commbench.backends.base import CollectiveArgs  # noqa: E402
-from commbench.backends.rendezvous import Rendezvous  # noqa: E402
 from commbench.backends.torch_dist import TorchDistBackend  # noqa: E402
 from commbench.config.sweep import RunConfig  # noqa: E402
+from commbench.coordination import Rendezvous  # noqa: E402
 from commbench.core.groups import Membership, world_plan  # noqa: E402
 from commbench.measure.collectives import REGISTRY, Layout  # noqa: E402
 from commbench.measure.planning import PlannedSize, SizeLimits, TablePlan, memory_need  # noqa: E402
 from commbench.measure.sampling import IterationBudget  # noqa: E402
-from commbench.running.placement import memory_budget  # noqa: E402
+from commbench.running.rank import memory_budget  # noqa: E402
 from commbench.running.runner import SizePoint, measure_size, sampling_policy  # noqa: E402
 from commbench.running.spawn import free_port  # noqa: E402
 from commbench.writers.output import NullOutput  # noqa: E402

@@ -18,11 +18,17 @@ import torch
 import torch.distributed as dist
 
 from commbench.backends.base import CollectiveArgs
-from commbench.backends.coordination import Coordinator
-from commbench.backends.rendezvous import Rendezvous, Started
 from commbench.backends.torch_dist import TorchDistBackend
-from commbench.backends.waiting import PeerFailed, Waiter, WaitExpired, peer_hung_up
 from commbench.config.sweep import RunConfig
+from commbench.coordination import (
+    Coordinator,
+    PeerFailed,
+    Rendezvous,
+    Started,
+    Waiter,
+    WaitExpired,
+    peer_hung_up,
+)
 from commbench.running.runner import run_sweep
 from commbench.running.spawn import free_port
 from commbench.writers.output import NullOutput

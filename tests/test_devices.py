@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from commbench.backends.rendezvous import init_options, process_group_store
 from commbench.backends.torch_dist import barrier_device
+from commbench.coordination.startup import init_options, process_group_store
 from commbench.core.devices import (
     cpu_budget,
     cuda_budget,

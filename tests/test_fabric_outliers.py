@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from commbench.fabric.analysis import analyse
-from commbench.fabric.drift import drift_line, find_spikes, pass_medians
+from commbench.fabric.drift import drift_line, pair_spikes, pass_medians, spike_pair
 from commbench.fabric.matrices import KIND, NodeResult
 from commbench.fabric.outliers import drain_list, find_suspects
-from commbench.measure.robust import BANDWIDTH, LATENCY, is_slow
+from commbench.measure.robust import BANDWIDTH, LATENCY, slow_mask
 from commbench.results.model import Row
 
 
@@ -132,9 +132,9 @@ def test_fewer_than_three_peers_judge_nothing():
 
 
 def test_the_rule_works_on_ratios_both_ways():
-    assert is_slow(1.0, 10.0, 0.0, BANDWIDTH, 2.0) and not is_slow(6.0, 10.0, 0.0, BANDWIDTH, 2.0)
-    assert is_slow(20.0, 10.0, 0.0, LATENCY, 2.0) and not is_slow(15.0, 10.0, 0.0, LATENCY, 2.0)
-    assert not is_slow(1.0, 10.0, 1.0, BANDWIDTH, 2.0)  # 10x off, but within 4 spreads of ln
+    assert slow_mask([1.0, 6.0], 10.0, 0.0, BANDWIDTH, 2.0).tolist() == [True, False]
+    assert slow_mask([20.0, 15.0], 10.0, 0.0, LATENCY, 2.0).tolist() == [True, False]
+    assert slow_mask([1.0], 10.0, 1.0, BANDWIDTH, 2.0).tolist() == [False]  # 10x off, within 4 spreads of ln
 
 
 def _row(src: int, dst: int, gbps: float, repeat: int) -> Row:
@@ -155,8 +155,8 @@ def test_a_flaky_pair_shows_as_spikes_on_that_pair_only():
             for dst in set(range(4)) - {src}:
                 drop = 0.1 if (src, dst, repeat) in flaky else 1.0
                 rows.append(_row(src, dst, 10.0 * 1.2 ** generator.uniform(-1, 1) * drop, repeat))
-    spikes = find_spikes(rows, 2.0)
-    assert [(spike.src, spike.dst, spike.passes) for spike in spikes] == [(1, 2, [3, 6])]
+    spikes = pair_spikes(rows, 2.0)
+    assert [(spike_pair(spike), spike.passes) for spike in spikes] == [((1, 2), [3, 6])]
     assert spikes[0].elapsed_s == [31.0, 61.0]
     analysis = analyse(rows, _hosts(4, 1), 2.0)
     assert analysis.suspects == []  # its median over the passes is fine: a spike is a view, not a suspect

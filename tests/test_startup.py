@@ -73,6 +73,7 @@ def test_a_launcher_that_spawns_ranks_does_not_import_torch(args, tmp_path):
     returncode, modules = _launcher_modules(*args, "--nproc", "2", "--quiet", "--json", str(json_path),
                                             "--csv", str(tmp_path / "run.csv"))
     assert returncode == 0 and "commbench.running.spawn" in modules
+    assert "commbench.coordination.board" in modules  # the board, through the package's public API
     assert _no_torch(modules)
     assert json.loads(json_path.read_text())["rows"]  # the ranks did the work
 
@@ -86,3 +87,22 @@ def test_a_replay_launcher_does_not_import_torch(tmp_path, recordings):
     assert returncode == 0 and "commbench.running.spawn" in modules
     assert _no_torch(modules)
     assert json.loads(json_path.read_text())["rows"]
+
+
+# Which modules the coordination package has imported: after the launcher's names, then after a rank's.
+SIDES = ("import json, sys\n"
+         "from commbench.coordination import BOARD_ENV, LauncherBoard, Waiter\n"
+         "print(json.dumps(sorted(sys.modules)))\n"
+         "from commbench.coordination import StartUp\n"
+         "from commbench.coordination.startup import StartUp as defined\n"
+         "assert StartUp is defined\n"
+         "print(json.dumps(sorted(sys.modules)))\n")
+
+
+def test_the_coordination_package_imports_torch_only_for_the_ranks_side():
+    result = subprocess.run([sys.executable, "-c", SIDES], capture_output=True, text=True, timeout=120,
+                            env=launcherless_env(), cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    launcher_side, ranks_side = (set(json.loads(line)) for line in result.stdout.splitlines())
+    assert "commbench.coordination.board" in launcher_side and _no_torch(launcher_side)
+    assert "torch.distributed" in ranks_side

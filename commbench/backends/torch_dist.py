@@ -16,18 +16,20 @@ import torch.distributed as dist
 from commbench.backends import paths
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.backends.capabilities import probe_capabilities
-from commbench.backends.control import ControlGroup
-from commbench.backends.coordination import StoreLost
 from commbench.backends.paths import PathState, start_path
 from commbench.backends.profiling import kernel_names
-from commbench.backends.rendezvous import (
+from commbench.coordination import (
+    ControlGroup,
+    HostBlocking,
+    PointToPoint,
     Rendezvous,
     Started,
     StartUp,
+    StoreLost,
+    Waiter,
     abort_communicators,
     communicator_timeout,
 )
-from commbench.backends.waiting import HostBlocking, PointToPoint, Waiter
 from commbench.core.paths import Capabilities, PathSpec
 
 _REDUCE_OPS = {
@@ -68,8 +70,9 @@ class TorchDistBackend(Backend):
     """Collectives through torch.distributed on an already-initialised default process group.
 
     Every collective is issued with ``async_op=True``; a sync call then waits on its handle at once
-    through the ``Waiter`` (so no wait ever blocks past the deadline, see waiting.py). Control operations
-    (``barrier``, the gathers, ``broadcast_object``) run on a ControlGroup (control.py).
+    through the ``Waiter`` (so no wait ever blocks past the deadline, see coordination/waiting.py).
+    Control operations (``barrier``, the gathers, ``broadcast_object``) run on a ControlGroup
+    (coordination/control.py).
     """
 
     def __init__(self, name: str, device: torch.device, started: Started | None = None) -> None:
@@ -96,7 +99,7 @@ class TorchDistBackend(Backend):
     @classmethod
     def create(cls, name: str, device: torch.device, rendezvous: Rendezvous, timeout_s: float
                ) -> "TorchDistBackend":
-        """Meet at the store, then start the process group on ``device`` (rendezvous.StartUp; launch
+        """Meet at the store, then start the process group on ``device`` (StartUp; launch
         runs the same steps with the device phases between them)."""
         startup = StartUp(name, rendezvous, timeout_s)
         startup.meet()
@@ -146,8 +149,14 @@ class TorchDistBackend(Backend):
     def kernel_names(self, run: Any) -> list[str]:
         return kernel_names(run, self.device)
 
-    def symmetric_all_reduce(self, args: CollectiveArgs, algorithm: str) -> None:
-        paths.symmetric_all_reduce(args, algorithm)
+    def one_shot_all_reduce(self, args: CollectiveArgs) -> None:
+        paths.one_shot_all_reduce(args)
+
+    def two_shot_all_reduce(self, args: CollectiveArgs) -> None:
+        paths.two_shot_all_reduce(args)
+
+    def multimem_all_reduce(self, args: CollectiveArgs) -> None:
+        paths.multimem_all_reduce(args)
 
     def symmetric_reduce_scatter(self, args: CollectiveArgs) -> None:
         paths.symmetric_reduce_scatter(args)

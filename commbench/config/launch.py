@@ -19,10 +19,10 @@ from commbench.core.groups import LAYOUTS, PRESETS, check_group_options
 from commbench.core.sizes import parse_duration
 from commbench.errors import UsageError
 from commbench.provenance.baselines import check_judging
+from commbench.writers.formats import OUTPUT_FORMATS
 
 BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 DEVICES = ("cpu", "cuda")
-OUTPUT_FORMATS = ("table", "nccl-tests", "jsonl")
 
 
 # The launch settings a command offers: every measuring command offers those declared for all; only

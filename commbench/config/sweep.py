@@ -20,6 +20,7 @@ from commbench.core.splits import (
     check_world_size,
     parse_splits,
 )
+from commbench.core.words import plural
 from commbench.errors import UsageError, did_you_mean
 from commbench.measure.collectives import MODES, PLACEMENTS, resolve_collectives
 from commbench.measure.impls import DEFAULT_IMPLS, check_applicable, resolve_impls
@@ -116,7 +117,7 @@ class RunConfig:
         """UsageError when the root or a splits file does not fit a collective over ``ranks`` ranks, or
         when no size is left to measure (every one too small for an element per rank)."""
         if self.root >= ranks:
-            where = f"the world of {ranks} ranks" if whole_world else f"a group of {ranks} ranks"
+            where = f"{'the world' if whole_world else 'a group'} of {plural(ranks, 'rank')}"
             raise UsageError(f"--root {self.root} is outside {where}")
         if self.split_matrix is not None:  # a splits file must be n x n, n the group size
             check_world_size(self.split_spec(), ranks)
@@ -124,7 +125,7 @@ class RunConfig:
         if not any(table.sizes for table in tables):
             why = f": {notes[0]}" if notes else ""
             name = f"benchmark {self.name!r}: " if self.name else ""
-            raise UsageError(f"{name}nothing to measure at {ranks} ranks{why}")
+            raise UsageError(f"{name}nothing to measure at {plural(ranks, 'rank')}{why}")
 
     def split_spec(self) -> SplitSpec:
         """The --splits of a resolved config (the file's matrix as resolve() read it)."""

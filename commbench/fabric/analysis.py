@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from commbench.fabric.drift import PassMedian, Spike, drift_line, find_spikes, pass_medians
+from commbench.core.words import plural
+from commbench.fabric.drift import PassMedian, drift_line, pair_spikes, pass_medians, spike_dict
 from commbench.fabric.matrices import (
     BANDWIDTH_COLLECTIVE,
     LATENCY_COLLECTIVE,
@@ -33,6 +34,7 @@ from commbench.fabric.outliers import (
 )
 from commbench.measure.robust import BANDWIDTH, LATENCY, MAD_TO_SIGMA, SIGMAS
 from commbench.results.model import Row
+from commbench.results.passes import Spike
 
 
 @dataclass
@@ -61,9 +63,8 @@ class FabricAnalysis:
         if not self.suspects:
             return [f"verdict: nothing suspicious: no pair is {self.slow_factor:g}x off the median of its "
                     f"class ({self._medians_text()})"]
-        count = len(self.suspects)
-        noun = "suspects" if count > 1 else "suspect"
-        lines = [f"verdict: {count} {noun}, most likely first ({self._medians_text()})"]
+        lines = [f"verdict: {plural(len(self.suspects), 'suspect')}, most likely first "
+                 f"({self._medians_text()})"]
         for index, suspect in enumerate(self.suspects, start=1):
             lines.append(f"  {index}. {suspect.label}")
             lines.extend(f"     {sentence}" for sentence in suspect.evidence)
@@ -105,7 +106,7 @@ class FabricAnalysis:
                      for item in self.slow],
             "suspects": [suspect.to_dict() for suspect in self.suspects],
             "drain": self.drain,
-            "spikes": [spike.to_dict() for spike in self.spikes],
+            "spikes": [spike_dict(spike) for spike in self.spikes],
             "passes": [{"repeat": item.repeat, "elapsed_s": item.elapsed_s,
                         "median_bandwidth_gbps": item.bandwidth_gbps} for item in self.passes],
             "verdict": self.verdict_lines(),
@@ -133,7 +134,7 @@ def _analyse(rows: list[Row], hostnames: list[str], slow_factor: float) -> Fabri
               for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY))}
     medians = {name: class_medians(found, hostnames) for name, found in values.items()}
     suspects, judged = find_suspects(values, hostnames, matrices.nodes, slow_factor)
-    return FabricAnalysis(matrices, judged, suspects, find_spikes(rows, slow_factor, passes),
+    return FabricAnalysis(matrices, judged, suspects, pair_spikes(rows, slow_factor, passes),
                           pass_medians(rows, passes), medians, slow_factor)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from commbench.config.launch import LaunchConfig, resolve_launch
 from commbench.config.options import check_options, option
-from commbench.core.sizes import format_size, parse_size
+from commbench.core.sizes import approximate_size, format_size, parse_size
 from commbench.errors import UsageError
 from commbench.fabric.matrices import KIND
 from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
@@ -91,14 +91,6 @@ def memory_problem(config: FabricConfig, ranks_sharing: int, available: int | No
     return (f"--size {format_size(config.size)} does not fit in memory: {who} need "
             f"{approximate_size(needed)} of buffers (a send and a receive buffer each) and "
             f"{approximate_size(available)} is free")
-
-
-def approximate_size(num_bytes: int) -> str:
-    """'12.3 GiB', '640.0 MiB', '512 B': for messages about memory."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.1f} {unit}"
-    return f"{num_bytes} B"
 
 
 @dataclass

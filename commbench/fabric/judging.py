@@ -2,42 +2,21 @@
 scores, and the judged measurements kept as arrays until asked for one by one.
 
 A full fabric pass of N ranks has N(N-1) directed measurements per metric (a million at 1,024 ranks), so
-the rule of measure/robust.py and the blame of outliers.py run here as numpy operations over them, with
-the same results as the rule applied value by value: the same medians (the mean of the two middle values
-of an even count), the same logarithms of values floored at 1e-30, the same 1e-12 tolerance at the gap.
+the blame of outliers.py runs here as numpy operations over them, with the rule's own array form
+(measure/robust.py).
 """
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.fabric.matrices import INTER, INTRA
-from commbench.measure.robust import MAD_TO_SIGMA, SIGMAS, Metric, relative
+from commbench.measure.robust import Metric, relative, robust_spread, slow_mask
 
 MIN_JUDGED = 3  # fewer peers than this: nothing is judged
 MIN_COUNTERPARTS = 2  # a host or rank is scored only on measurements with at least this many others
 Values = dict[tuple[int, int], float]
-
-
-def _logs(values: np.ndarray) -> np.ndarray:
-    return np.log(np.maximum(values, 1e-30))  # a bandwidth of 0 is as slow as can be, not an error
-
-
-def spread(values: np.ndarray) -> tuple[float, float]:
-    """robust_spread over an array: (median, 1.4826 x the median of |ln(value / median)|)."""
-    median = float(np.median(values))
-    return median, MAD_TO_SIGMA * float(np.median(np.abs(_logs(values) - math.log(max(median, 1e-30)))))
-
-
-def slow_mask(values: np.ndarray, median: float, log_sigma: float, metric: Metric, factor: float
-              ) -> np.ndarray:
-    """robust.is_slow for every value against one median and log spread."""
-    distance = _logs(values) - math.log(max(median, 1e-30))
-    if metric.higher_is_better:
-        distance = -distance
-    return distance >= max(SIGMAS * log_sigma, math.log(factor)) - 1e-12  # exactly F x off counts
 
 
 @dataclass(frozen=True)
@@ -174,7 +153,7 @@ def judge(measured: Measurements, metric: Metric, factor: float, explained: set[
         members = members[np.lexsort((measured.dst[members], measured.src[members]))]
         values, touching = measured.value[members], touches[members]
         peers = values[~touching]
-        median, sigma = spread(peers if peers.size else values)
+        median, sigma = robust_spread(peers if peers.size else values)
         enough = np.where(touching, peers.size >= 1, peers.size >= MIN_JUDGED)
         parts.append(JudgedClass(metric, name, median, measured.src[members], measured.dst[members], values,
                                  enough & slow_mask(values, median, sigma, metric, factor)))

@@ -7,14 +7,13 @@ recomputed from its rows and host names (commbench.fabric.analysis), never read 
 host list first, since a file from elsewhere is not to be trusted.
 """
 
-import base64
-import io
 from html import escape
 from typing import Any
 
 from rich.console import Console
 
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
 from commbench.fabric.heatmap import heatmap_figure
@@ -24,6 +23,7 @@ from commbench.provenance.html import hardware_table_html
 from commbench.results.kinds import LiveRun, ResultKind
 from commbench.results.model import Row
 from commbench.results.saved import SavedRun
+from commbench.writers.html import html_table, metadata_html, page
 
 
 def is_fabric_run(run: SavedRun) -> bool:
@@ -40,7 +40,7 @@ def load_analysis(run: SavedRun) -> FabricAnalysis:
         for rank in (row.src_rank, row.dst_rank):
             if rank is not None and not (isinstance(rank, int) and 0 <= rank < len(hostnames)):
                 raise UsageError(f"{run.path}: a fabric row names rank {rank!r}, outside the "
-                                 f"{len(hostnames)} ranks of its host list")
+                                 f"{plural(len(hostnames), 'rank')} of its host list")
     return analyse(run.rows, hostnames, recorded_slow_factor(run.meta.get("config") or {}))
 
 
@@ -60,18 +60,10 @@ def draw_fabric(runs: list[SavedRun]) -> Any:
     return heatmap_figure(load_analysis(run), run.rows, _title(run))
 
 
-def _image_uri(figure: object) -> str:
-    from commbench.analysis.plot import save  # pandas and matplotlib: only when a page is written
-
-    buffer = io.BytesIO()
-    save(figure, buffer, "png")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
 def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -> str:
     """`commbench report` on fabric results: a page of each one's metadata, hardware, heatmaps (or why
     there are none: ``plots_missing``), verdict and tables."""
-    from commbench.analysis.report import STYLE, html_table, metadata_html  # pandas and scipy: only here
+    from commbench.analysis.plot import png_data_uri  # matplotlib: only when a page is written
 
     parts = ["<h1>commbench fabric report</h1>"]
     for run in runs:
@@ -81,13 +73,11 @@ def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -
             parts.append(f"<p>No heatmaps: {escape(plots_missing)}</p>")
         else:
             parts.append(f'<img alt="bandwidth and latency by pair" '
-                         f'src="{_image_uri(heatmap_figure(analysis, run.rows, _title(run)))}">')
+                         f'src="{png_data_uri(heatmap_figure(analysis, run.rows, _title(run)))}">')
         parts.append(f"<pre>{escape(chr(10).join(closing_lines(analysis)))}</pre>")
         sizes = size_texts(run.meta.get("config") or {})
         parts.extend(html_table(table) for table in fabric_tables(analysis, *sizes))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>commbench fabric report</title><style>{STYLE}</style></head><body>\n"
-            + "\n".join(parts) + "\n</body></html>\n")
+    return page("commbench fabric report", parts)
 
 
 def print_live_fabric(console: Console, rows: list[Row], run: LiveRun) -> None:

@@ -46,9 +46,9 @@ from commbench.measure.robust import (
     LATENCY,
     Metric,
     as_bandwidth,
-    is_slow,
     relative,
     robust_spread,
+    slow_mask,
 )
 
 __all__ = ["DEFAULT_SLOW_FACTOR", "MIN_COUNTERPARTS", "MIN_JUDGED", "Judged", "Judgements", "Suspect",
@@ -61,8 +61,9 @@ def outlying(scores: dict[Hashable, float], metric: Metric, factor: float) -> di
     """The keys whose score is slow against all the scores, each with the scores' median."""
     if len(scores) < MIN_JUDGED:
         return {}
-    median, sigma = robust_spread(list(scores.values()))
-    return {key: median for key, value in scores.items() if is_slow(value, median, sigma, metric, factor)}
+    median, sigma = robust_spread(scores.values())
+    slow = slow_mask(scores.values(), median, sigma, metric, factor)
+    return {key: median for key, is_slow in zip(scores, slow, strict=True) if is_slow}
 
 
 @dataclass

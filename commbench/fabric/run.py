@@ -15,6 +15,7 @@ from functools import partial
 
 from commbench.backends.base import Backend
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.fabric.analysis import FabricAnalysis, analyse
 from commbench.fabric.config import FabricConfig, Outcome
 from commbench.fabric.kind import FABRIC  # the `fabric` part of results.json is named after it
@@ -35,7 +36,7 @@ from commbench.writers.output import Output
 def _summary(ctx: FabricContext) -> str:
     config, hosts = ctx.config, len(set(ctx.hostnames))
     soak = soak_text(config.launch.duration_s, config.launch.passes)
-    return (f"fabric: {ctx.schedule.describe(config.serial)} on {hosts} host{'s' if hosts > 1 else ''}; "
+    return (f"fabric: {ctx.schedule.describe(config.serial)} on {plural(hosts, 'host')}; "
             f"bandwidth at {format_size(config.size)}, latency at {format_size(config.latency_size)}, "
             f"{config.warmup} warm-up and {config.iters} timed messages per direction{soak}")
 
@@ -46,7 +47,7 @@ def soak_text(duration_s: float | None, passes: int | None) -> str:
         return f"; soak: {duration_s:g} s or {passes} passes, whichever comes first"
     if duration_s:
         return f"; soak: passes for {duration_s:g} s (the last one started in time runs to its end)"
-    return f"; soak: {passes} passes" if passes else ""
+    return f"; soak: {plural(passes, 'pass')}" if passes else ""
 
 
 def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, session: Session,
@@ -104,7 +105,7 @@ def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
         decision = (analysis.recheck_pairs(), analysis.recheck_nodes())
     pairs, nodes = ctx.backend.broadcast_object(decision, root=0)
     if pairs:
-        output.note(f"rechecking {len(pairs)} pair{'s' if len(pairs) > 1 else ''} that one measurement found "
+        output.note(f"rechecking {plural(len(pairs), 'pair')} that one measurement found "
                     f"slow: {', '.join(f'{low}-{high}' for low, high in pairs)}")
         rows += measure_rounds(ctx, pack_rounds(pairs), output, RECHECK)
     if nodes:
@@ -116,6 +117,6 @@ def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
 def _fail_on_outlier_line(config: FabricConfig, analysis: FabricAnalysis) -> None:
     if config.fail_on_outlier and analysis.suspects:
         names = ", ".join(suspect.name for suspect in analysis.suspects)
-        count = len(analysis.suspects)
-        print(f"commbench: fabric: {count} suspect{'s' if count > 1 else ''} (--fail-on-outlier): {names}",
+        count = plural(len(analysis.suspects), "suspect")
+        print(f"commbench: fabric: {count} (--fail-on-outlier): {names}",
               file=sys.stderr)

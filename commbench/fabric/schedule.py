@@ -19,6 +19,7 @@ import heapq
 from dataclasses import dataclass
 from functools import lru_cache
 
+from commbench.core.words import plural
 from commbench.errors import UsageError
 
 CANDIDATE_ROUNDS = 128  # a large world's --sample chooses among this many rounds (or 2K), evenly spread
@@ -80,8 +81,8 @@ def check_sample(sample: int, world_size: int) -> None:
     if sample < 1:
         raise UsageError(f"--sample {sample} must be at least 1")
     if sample > world_size - 1:
-        raise UsageError(f"--sample {sample} is more than the {world_size - 1} peers each rank has in a "
-                         f"world of {world_size} ranks")
+        raise UsageError(f"--sample {sample} is more than the {plural(world_size - 1, 'peer')} each rank has "
+                         f"in a world of {plural(world_size, 'rank')}")
 
 
 def _gains(candidate: Round, hostnames: list[str], hosts_seen: set[str], combos_seen: set[tuple[int, str]]
@@ -161,14 +162,10 @@ class Schedule:
         return sum(len(one.pairs) for one in self.rounds)
 
     def describe(self, serial: bool) -> str:
-        rounds = _count(len(self.rounds), "round")
+        rounds = plural(len(self.rounds), "round")
         kind = f"{rounds} sampled (--sample {self.sample})" if self.sample else f"{rounds} (circle schedule)"
         how = "one pair at a time (--serial)" if serial else "the pairs of a round at once"
-        return f"{_count(self.pair_count, 'pair')} of {self.world_size} ranks in {kind}, {how}"
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+        return f"{plural(self.pair_count, 'pair')} of {self.world_size} ranks in {kind}, {how}"
 
 
 def make_schedule(hostnames: list[str], sample: int | None) -> Schedule:

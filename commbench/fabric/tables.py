@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from commbench.core.sizes import format_size
 from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
+from commbench.fabric.drift import describe_spike
 from commbench.measure.robust import BANDWIDTH, LATENCY, Metric
 from commbench.results.model import Row
 from commbench.writers.console import TextTable, print_table
@@ -92,7 +93,7 @@ def fabric_tables(analysis: FabricAnalysis, size_text: str, latency_size_text: s
 def closing_lines(analysis: FabricAnalysis) -> list[str]:
     """Spikes and drift of a soak, then the verdict."""
     hostnames = analysis.matrices.hostnames
-    lines = [f"spikes: {spike.describe(hostnames)}" for spike in analysis.spikes[:MAX_SLOW_SHOWN]]
+    lines = [f"spikes: {describe_spike(spike, hostnames)}" for spike in analysis.spikes[:MAX_SLOW_SHOWN]]
     drift = analysis.drift()
     if drift:
         lines.append(drift)

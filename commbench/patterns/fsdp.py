@@ -13,6 +13,7 @@ import torch
 from commbench.backends.base import Backend
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.core.dtypes import torch_dtype
+from commbench.core.words import plural
 from commbench.errors import failures_named
 from commbench.patterns.config import FSDP, FsdpConfig, resolve_fsdp  # noqa: F401 (the pattern's names)
 from commbench.patterns.estimate import (
@@ -180,8 +181,8 @@ def _summary(setup: FsdpSetup, config: FsdpConfig) -> str:
     divide = "" if reduction.op == "avg" else \
         f", predivide {reduction.predivide:g}, postdivide {reduction.postdivide:g}"
     param_dtype, reduce_dtype = config.dtypes()
-    return (f"fsdp{config.fsdp_version} {model.name}{cut}: {len(plan.units)} units, {model.param_count} "
-            f"parameters, {model.numel:,} elements ({mib:,.1f} MiB {param_dtype}); at {plan.world_size} "
-            f"ranks {plan.shard_numel:,} elements per rank, {plan.padding:,} of padding; all-gathers in "
-            f"{param_dtype}, reduce-scatters in {reduce_dtype} ({reduction.op}{divide}); parameters "
-            f"{regather} (the root's always kept); {api}")
+    return (f"fsdp{config.fsdp_version} {model.name}{cut}: {plural(len(plan.units), 'unit')}, "
+            f"{model.param_count} parameters, {model.numel:,} elements ({mib:,.1f} MiB {param_dtype}); at "
+            f"{plural(plan.world_size, 'rank')} {plan.shard_numel:,} elements per rank, {plan.padding:,} of "
+            f"padding; all-gathers in {param_dtype}, reduce-scatters in {reduce_dtype} "
+            f"({reduction.op}{divide}); parameters {regather} (the root's always kept); {api}")

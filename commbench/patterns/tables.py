@@ -10,6 +10,7 @@ activation patterns' are in parallel_tables.py, these are FSDP's.
 
 from rich.table import Table
 
+from commbench.core.words import plural
 from commbench.measure.stats import summarize
 from commbench.patterns.config import FSDP
 from commbench.results.model import Row
@@ -41,8 +42,8 @@ def fsdp_tables(rows: list[Row]) -> list:
     scatter = next((row for row in rows if row.collective.startswith("reduce_scatter")), first)
     reduction = "avg" if scatter.op == "avg" else \
         f"predivide {first.predivide:g} · postdivide {first.postdivide:g}"
-    where = (f"{first.variant or first.pattern} · {first.model} · {first.dtype} · {first.world_size} ranks · "
-             f"{reduction}")
+    where = (f"{first.variant or first.pattern} · {first.model} · {first.dtype} · "
+             f"{plural(first.world_size, 'rank')} · {reduction}")
     found = [unit_table(rows, buckets, where), step_table(rows, buckets, where)]
     overlap = overlap_table(rows, buckets, where)
     if overlap is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from commbench.config.launch import LaunchConfig, check_count, resolve_launch
 from commbench.config.options import check_options, option
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.replay.loading import load_trace
 from commbench.replay.mapping import ReplayPlan, map_trace
@@ -59,6 +60,5 @@ def mapped_plan(trace: Trace, world_size: int) -> ReplayPlan:
     plan = map_trace(trace, world_size)
     if not any(plan.ops.values()):
         reasons = ", ".join(f"{name} x{count}" for name, count in plan.unmapped.most_common(3))
-        ranks = "1 rank" if world_size == 1 else f"{world_size} ranks"
-        raise UsageError(f"no recorded operation can be placed on {ranks} ({reasons})")
+        raise UsageError(f"no recorded operation can be placed on {plural(world_size, 'rank')} ({reasons})")
     return plan

@@ -5,6 +5,7 @@ times into rows."""
 import hashlib
 
 from commbench.backends.base import Backend
+from commbench.core.words import plural
 from commbench.errors import RunError, UsageError, brief
 from commbench.replay.config import ReplayConfig, load_selected, mapped_plan
 from commbench.replay.execute import check_pass, prepare, time_passes
@@ -39,8 +40,8 @@ def _create_groups(backend: Backend, plan: ReplayPlan) -> dict[str, object]:
         handles = backend.new_group_handles([list(group.members) for group in created],
                                             [group.desc for group in created]) if created else []
     except Exception as exc:
-        raise RunError(f"rank {backend.rank} could not create the replay's {len(created)} process groups: "
-                       f"{brief(exc)}") from exc
+        raise RunError(f"rank {backend.rank} could not create the replay's "
+                       f"{plural(len(created), 'process group')}: {brief(exc)}") from exc
     found: dict[str, object] = {group.label: None for group in plan.groups if group.is_default}
     found.update({group.label: handle for group, handle in zip(created, handles, strict=True)})
     return found

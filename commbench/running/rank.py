@@ -1,5 +1,11 @@
-"""One rank's start-up and run, once a launcher (or spawn.py) has started it: meet the others, start
-the backend, split the sub-communicators, record, run the work, and decide how the run ends.
+"""One rank's start-up and run, once a launcher (or spawn.py) has started it: meet the others, agree
+on where each runs, start the backend, split the sub-communicators, agree on a memory budget, record,
+run the work, and decide how the run ends.
+
+Where a rank runs and how much memory it may fill are agreed with the other ranks before anything is
+measured: its CUDA device through the rendezvous store, before NCCL starts; its memory budget through
+the control group. The rules are core/devices.py's pure functions of the environment mapping that
+launch passes in.
 
 launch.py imports this module only on a rank: it imports torch, which the spawning launcher does not
 need (its start-up stays well under a second).
@@ -7,39 +13,37 @@ need (its start-up stays well under a second).
 
 import os
 import signal
+import socket
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.backends.base import Backend
-from commbench.backends.coordination import CheckInFailed
 from commbench.config.launch import Benchmark, LaunchConfig
-from commbench.core.board import BOARD_ENV
+from commbench.coordination import BOARD_ENV, CheckInFailed
+from commbench.core import devices
+from commbench.core.devices import MemoryBudget
 from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
-from commbench.core.sizes import parse_size
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
 from commbench.provenance.describe import hardware_summary
 from commbench.results.model import Row
 from commbench.running.launcher import RankInfo
-from commbench.running.placement import host_name, memory_budget, place
 from commbench.running.provenance import RunProvenance
 from commbench.running.recording import Recording, build_meta
 from commbench.running.runner import Session, sweep_failure
 from commbench.writers.output import NullOutput, Output
 
 if TYPE_CHECKING:
-    from commbench.backends.rendezvous import Rendezvous
+    from commbench.coordination import Rendezvous, StartUp
 
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
 Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
-# Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
-# would; the others must then time out at that size and name it.
-TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
 FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
 
 
 def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
-    from commbench.backends.rendezvous import Rendezvous
+    from commbench.coordination import Rendezvous
 
     # Under torchrun the agent hosts the store at MASTER_PORT, and a restart reuses it.
     return Rendezvous(info.rank, info.world_size, info.master_addr or "", info.master_port or 0,
@@ -50,8 +54,8 @@ def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
 
 def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
     """Meet the other ranks at the store, agree on devices, then start the process group."""
-    from commbench.backends.rendezvous import StartUp
     from commbench.backends.torch_dist import TorchDistBackend
+    from commbench.coordination import StartUp
 
     name = setup.backend or "gloo"
     startup = StartUp(name, rendezvous_of(info, environ), setup.timeout_s)
@@ -72,6 +76,73 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
                  f"{detail}")
         startup.give_up(error, min(FAILURE_GRACE_S, setup.timeout_s))
         raise RunError(error) from exc
+
+
+HOSTNAME_ENV = "COMMBENCH_HOSTNAME"  # the host name a rank reports, when the system's says too little
+
+
+def host_name(environ: Mapping[str, str]) -> str:
+    return environ.get(HOSTNAME_ENV) or socket.gethostname()
+
+
+def place(setup: LaunchConfig, ranks: tuple[int, int | None], environ: Mapping[str, str],
+          startup: "StartUp") -> Any:
+    """This rank's device (``ranks``: its rank and the local rank a launcher gave, or None). On CUDA
+    every rank first learns which ranks share its host (its local rank when no launcher gave one), then
+    claims its physical device; a problem on any rank (too few devices, two ranks on one device) stops
+    every rank before a communicator exists, with one message."""
+    import torch
+
+    if setup.device != "cuda":
+        return torch.device("cpu")
+    rank, local_rank = ranks
+    host = host_name(environ)
+    on_host = startup.peers("hosts", host)
+    device, problem = None, None
+    try:
+        if local_rank is None:
+            if on_host is None:
+                raise UsageError(f"rank {rank}: no launcher variable gives its local rank (set "
+                                 "LOCAL_RANK), and without a rendezvous store it cannot be derived")
+            local_rank = devices.local_rank_among(on_host, rank)
+        index = devices.device_index(local_rank, torch.cuda.device_count(), rank)
+        device = torch.device("cuda", index)
+        claim = devices.physical_device(environ, index, device_uuid(index))
+    except UsageError as exc:
+        problem, claim = str(exc), f"unplaced rank {rank}"
+    sharing = startup.peers("devices", f"{host}|{claim}") or [rank]
+    problem = problem or devices.duplicate_devices(host, claim, sharing)
+    agreed = startup.agree("devices", problem)
+    if agreed is not None:
+        raise UsageError(agreed) if rank == 0 else AlreadyReported(UsageError.exit_code)
+    return device
+
+
+def device_uuid(index: int) -> str | None:
+    """The device's UUID, where this torch reports one (the surest name for a physical GPU)."""
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return str(uuid) if uuid is not None else None
+
+
+def memory_budget(backend: Backend, hostnames: list[str]) -> MemoryBudget | None:
+    """The memory a rank may fill when --max-memory is not given: most of its device's free memory on
+    CUDA, its share of the host's available memory on CPU; the smallest over ranks, so that every rank
+    refuses the same sizes (None when a rank cannot tell)."""
+    free = backend.free_device_memory()
+    if free is not None:
+        mine: MemoryBudget | None = devices.cuda_budget(free)
+    else:
+        try:
+            available = devices.mem_available(Path("/proc/meminfo").read_text())
+        except OSError:  # not Linux
+            available = None
+        mine = devices.cpu_budget(available, hostnames.count(hostnames[backend.rank]))
+    budgets = backend.all_gather_object(mine)
+    if any(budget is None for budget in budgets):
+        return None
+    return min(budgets, key=lambda budget: budget.limit)
 
 
 def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
@@ -121,15 +192,6 @@ class StopRequests:
         return self.signum
 
 
-def skipped_size(info: RankInfo, environ: Mapping[str, str]) -> int | None:
-    """COMMBENCH_TEST_SKIP=RANK:SIZE (tests only): the size this rank's sweeps leave out."""
-    spec = environ.get(TEST_SKIP_ENV)
-    if not spec:
-        return None
-    rank_text, _, size_text = spec.partition(":")
-    return parse_size(size_text) if int(rank_text) == info.rank else None
-
-
 def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, str], work: Work) -> int:
     for benchmark in benchmarks:
         benchmark.check_world(info.world_size)
@@ -154,8 +216,8 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
                 recording.note(hardware_summary(hardware))
             members = [list(ranks) for ranks in plan.members]
             context = provenance.start_rows(backend, hostnames, members, recording)
-            session = Session(membership, stops.requested, skipped_size(info, environ), context,
-                              memory_budget(backend, hostnames), hostnames=tuple(hostnames))
+            session = Session(membership, stops.requested, context, memory_budget(backend, hostnames),
+                              hostnames=tuple(hostnames))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True

@@ -2,7 +2,7 @@
 
 ``spawn_local`` re-runs the command line as N local ranks (the environment launcher's variables set for
 each) and returns their exit status; it forwards signals, tells the survivors which rank died (on a
-board of files, core/board.py: no torch is imported here), and stops ranks that hang after a failure.
+board of files, coordination/board.py: no torch is imported here), and stops ranks that hang after a failure.
 ``run_on_local_ranks`` runs a Python function on N fresh processes joined in a gloo group, for scripts
 and tests that drive commbench's pieces directly.
 
@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from commbench.core.board import BOARD_ENV, LauncherBoard
+from commbench.coordination import BOARD_ENV, LauncherBoard
 from commbench.core.groups import format_ranks
 from commbench.errors import UsageError
 from commbench.running.rank_start import PRELOAD, die_with_parent, run_rank
@@ -107,7 +107,7 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     After a signal the ranks get ``grace_s`` to finish their size and stop together; when one rank
     fails the others get ``failure_grace_s`` (default: ``failure_grace``) to notice and exit on their
     own. Then they are stopped (SIGTERM, then SIGKILL), and a rank that had to be stopped after a
-    failure is named as hung; a rank killed by a signal is recorded on the board (core/board.py) with
+    failure is named as hung; a rank killed by a signal is recorded on the board (coordination/board.py) with
     a count of the supervision passes, so the others' messages say which rank died. SIGINT and
     SIGTERM are forwarded (the ranks stop together at the next size, or at once on a second signal);
     ranks run in their own process group so a terminal's Ctrl-C reaches them once, through us, and
@@ -241,7 +241,8 @@ def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tu
     try:
         import torch
 
-        from commbench.backends.torch_dist import Rendezvous, TorchDistBackend
+        from commbench.backends.torch_dist import TorchDistBackend
+        from commbench.coordination import Rendezvous
 
         backend = TorchDistBackend.create("gloo", torch.device("cpu"),
                                           Rendezvous(rank, world_size, "127.0.0.1", port), timeout_s=120)

@@ -24,9 +24,10 @@ from rich.progress import (
 from rich.table import Table
 
 from commbench.core.sizes import format_size
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.results.fit import SeriesFit, fit_line
 from commbench.results.kinds import LiveRun, kind_named
-from commbench.results.model import DEFAULT_IMPL, Row, RunMeta
+from commbench.results.model import SKEW_FLOOR_US, Row, RunMeta, skew_percent
 from commbench.results.side_by_side import unavailable
 
 
@@ -107,7 +108,7 @@ def group_title(row: Row) -> str:
     parts = [row.benchmark] if row.benchmark else []
     parts += [row.collective, row.dtype] + ([f"op {row.op}"] if row.op else [])
     parts += [row.placement] if row.placement else []
-    parts += [] if row.impl == DEFAULT_IMPL else [row.impl]
+    parts += [] if row.impl == REFERENCE_IMPL else [row.impl]
     return " · ".join(parts)
 
 
@@ -224,16 +225,6 @@ def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int
             cells += [_number(mean, 1), _number(skew, 1), "last in" if rank == row.slowest_rank else ""]
             table.add_row(*cells, end_section=rank == len(row.rank_mean_us) - 1)
     return table
-
-
-def skew_percent(row: Row) -> float | None:
-    """A row's largest arrival skew as a percentage of its p50 time."""
-    if row.skew_us_max is None or not row.time_us_p50 or row.time_us_p50 <= 0:
-        return None
-    return 100.0 * row.skew_us_max / row.time_us_p50
-
-
-SKEW_FLOOR_US = 20.0  # smaller skews are host scheduling jitter, whatever the op time
 
 
 def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: float) -> str | None:

@@ -8,12 +8,8 @@ Invariants:
 - The measured communicator carries only measured work. Agreement, sample gathering, host names and
   object broadcasts go over a gloo side group (``control_group``), or over the store before it exists;
   without a store (MPI starting its own ranks) they share the default group, which is then host-side.
-- A rank that cannot reach the store in time says so with the timeout, from Python, before torch's
-  store client tries (whose own failure logs C++ frames).
 """
 
-import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,60 +18,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.backends.coordination import Coordinator, StoreLost, key_prefix
-from commbench.backends.waiting import Waiter
-from commbench.core.board import LauncherBoard
+from commbench.coordination.store import Coordinator, Rendezvous, StoreLost, connect, key_prefix
+from commbench.coordination.waiting import Waiter
 from commbench.core.devices import accepted_options
-from commbench.errors import RunError, brief
 
 # NCCL's watchdog ends a collective that runs past the communicator's timeout by tearing the process
 # down; commbench's own waits end at --timeout, so the watchdog waits this much longer, as a backstop
 # that leaves the run time to record its failure.
 WATCHDOG_MARGIN_S = 60.0
-
-
-# The store's own timeout for one request. commbench's waits poll with their own deadline (--timeout),
-# so this only bounds a request to a store that stopped answering; a tiny --timeout must not make the
-# store's first connection (the host's to itself) time out.
-STORE_REQUEST_FLOOR_S = 30.0
-
-
-def connect(host: str, port: int, rank: int, world_size: int, timeout_s: float, host_store: bool
-            ) -> Any:
-    """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does.
-
-    The host does not wait for the others here: Coordinator.join does, and names who is missing.
-    """
-    timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
-    if host_store:
-        return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False,
-                             multi_tenant=True)
-    return dist.TCPStore(host, port, world_size, False, timeout)
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """Where the ranks meet: this rank, the world size and the TCP store at ``master_addr:master_port``
-    (hosted by rank 0, or by the launcher: torchrun's agent). ``attempt`` is the launcher's restart count,
-    so a restarted job never reads a dead attempt's keys. No master address: MPI starts its own ranks
-    and there is no store."""
-
-    rank: int
-    world_size: int
-    master_addr: str
-    master_port: int
-    launcher_hosts_store: bool = False
-    attempt: str = "0"
-    launcher_board: str = ""  # commbench's local launcher's board of deaths (core/board.py); "" elsewhere
-
-    @property
-    def where(self) -> str:
-        host = "the launcher" if self.launcher_hosts_store else "rank 0"
-        return f"{self.master_addr}:{self.master_port} (hosted by {host})"
-
-    @property
-    def hosts_store(self) -> bool:
-        return self.rank == 0 and not self.launcher_hosts_store
 
 
 @dataclass(frozen=True)
@@ -107,24 +57,6 @@ def init_options(init: Callable[..., Any], backend: str, device: torch.device, t
     return options
 
 
-def wait_for_listener(host: str, port: int, timeout_s: float) -> None:
-    """Until something listens at host:port: TimeoutError when nothing does in time, ConnectionError
-    when the host name does not resolve. Polled from Python, so a failure logs nothing of torch's."""
-    deadline = time.monotonic() + timeout_s
-    pause = 0.01
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=max(0.05, deadline - time.monotonic())):
-                return
-        except socket.gaierror as exc:
-            raise ConnectionError(f"cannot resolve {host!r} ({exc.strerror})") from None
-        except OSError:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"nothing listened there within {timeout_s:g} s (--timeout)") from None
-        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 2, 0.2)
-
-
 class StartUp:
     """One rank's start, step by step: ``meet`` (store and join), the device phases, ``start``."""
 
@@ -137,20 +69,10 @@ class StartUp:
 
     def meet(self) -> None:
         """Connect to the store and wait until every rank has joined (nothing to do without a store)."""
-        meeting = self.rendezvous
-        if not meeting.master_addr:
+        if not self.rendezvous.master_addr:
             return
-        where, rank = meeting.where, meeting.rank
-        try:
-            if not meeting.hosts_store:
-                wait_for_listener(meeting.master_addr, meeting.master_port, self.timeout_s)
-            self._store = connect(meeting.master_addr, meeting.master_port, rank, meeting.world_size,
-                                  self.timeout_s, host_store=meeting.hosts_store)
-        except (dist.DistError, OSError) as exc:
-            raise RunError(_store_failure(rank, where, meeting.hosts_store, exc, self.timeout_s)) from None
-        board = LauncherBoard(meeting.launcher_board) if meeting.launcher_board else None
-        self.coordinator = Coordinator(dist.PrefixStore(key_prefix(meeting.attempt), self._store), rank,
-                                       meeting.world_size, self.timeout_s, where, meeting.hosts_store, board)
+        self._store = connect(self.rendezvous, self.timeout_s)
+        self.coordinator = Coordinator.meeting(self._store, self.rendezvous, self.timeout_s)
         self.coordinator.join()
 
     def peers(self, phase: str, label: str) -> list[int] | None:
@@ -191,22 +113,6 @@ class StartUp:
         coordinator = self.coordinator
         trouble = coordinator.trouble if coordinator is not None else None
         return Started(coordinator, control, Waiter(self.timeout_s, trouble))
-
-
-def _store_failure(rank: int, where: str, hosts_store: bool, exc: BaseException, timeout_s: float) -> str:
-    """Why the store could not be opened or reached, in the words that fit what happened."""
-    detail = brief(exc)
-    if hosts_store:
-        if "EADDRINUSE" in str(exc) or "address already in use" in str(exc).lower():
-            why = "the port is taken"
-        else:
-            why = f"it did not open within {timeout_s:g} s (--timeout)" if "timed out" in detail.lower() \
-                else "it did not open"
-        return f"rank {rank} could not open the rendezvous store at {where}: {why} ({detail})"
-    why = (f"its host did not start within {timeout_s:g} s (--timeout), or MASTER_ADDR/MASTER_PORT point "
-           "elsewhere")
-    said = "" if isinstance(exc, TimeoutError) else f" ({detail})"  # ours says no more than the above
-    return f"rank {rank} could not reach the rendezvous store at {where}: {why}{said}"
 
 
 def abort_communicators() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from commbench.backends.waiting import Waiter
+from commbench.coordination.waiting import Waiter
 
 
 class ControlGroup:

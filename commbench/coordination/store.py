@@ -1,4 +1,5 @@
-"""Check-ins through the rendezvous store: who joined, who reached a step, who failed or died.
+"""The rendezvous store and everything said through it: where the ranks meet, the connection, and the
+check-ins that say who joined, who reached a step, who failed or died.
 
 Collectives cannot say which rank is missing: a rank that never comes just makes the others wait. So
 before the process group starts, and before every timed size, each rank checks in through the store
@@ -6,30 +7,40 @@ before the process group starts, and before every timed size, each rank checks i
 passes, the keys say which ranks did not arrive and where each was last seen. None of this runs inside
 a timed region.
 
+Invariants:
+- Every store operation commbench makes itself is here: ``connect`` opens or reaches the store, every
+  request of the check-ins goes through ``Coordinator._call`` and every wait for a key through
+  ``Coordinator._wait``. The process group and the control group use the store through torch
+  (startup.py), within their own timeouts.
+- A rank that cannot reach the store in time says so with the timeout, from Python, before torch's
+  store client tries (whose own failure logs C++ frames).
+
 Keys (under a per-attempt prefix):
   joined/<r>, joined, joined/outcome      process-group start ("all", or the ranks missing)
   <phase>/<label>/{n,<slot>}, <phase>/n   before the start: which ranks share a host, or a device
   <phase>/problem, <phase>/checked        the first problem any rank found in a phase
   at/<r>                                  "<step>\\n<label>": the last step rank r checked in at
   step/<n>/<signature>/{n,go,stop}        arrivals at step n, the all-arrived flag, an agreed stop
-  failed/<r>, dead/<r>, trouble, deaths   a rank's failure, a launcher's report of a death, counts
+  failed/<r>, trouble                     a rank's failure; how many ranks reported one
 
-commbench's own local launcher (running/spawn.py) records deaths and its supervision passes on a board
-of files instead (core/board.py): a rank reads them beside the store's keys.
+Deaths are not in the store: commbench's own local launcher (running/spawn.py) records them, with its
+supervision passes, on a board of files (board.py) that a rank reads beside the store's keys. Under
+other launchers a rank that died without a word is named as one that did not report.
 
 A step's key holds its signature (what is measured, with the op counts), so ranks whose sweeps diverge
 wait at different keys and the timeout says which rank is where, instead of hanging in a collective.
 """
-
+import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from commbench.backends.waiting import peer_hung_up
-from commbench.core.board import LauncherBoard
+from commbench.coordination.board import LauncherBoard
+from commbench.coordination.waiting import peer_hung_up
 from commbench.core.groups import format_ranks
 from commbench.errors import RunError, brief
 
@@ -41,6 +52,10 @@ _SLOW_PAUSE_S = 0.2
 _FAST_PHASE_S = 1.0
 _TROUBLE_CHECK_S = 0.25
 _LINGER_S = 2.0  # how long the store's host waits, at most, for the others to finish reading
+# The store's own timeout for one request. commbench's waits poll with their own deadline (--timeout),
+# so this only bounds a request to a store that stopped answering; a tiny --timeout must not make the
+# store's first connection (the host's to itself) time out.
+STORE_REQUEST_FLOOR_S = 30.0
 
 
 def key_prefix(attempt: str) -> str:
@@ -54,6 +69,86 @@ class StoreLost(RunError):
 
 class CheckInFailed(RunError):
     """A check-in ended without every rank: the message already says where the missing ranks are."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks meet: this rank, the world size and the TCP store at ``master_addr:master_port``
+    (hosted by rank 0, or by the launcher: torchrun's agent). ``attempt`` is the launcher's restart count,
+    so a restarted job never reads a dead attempt's keys. No master address: MPI starts its own ranks
+    and there is no store."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    launcher_hosts_store: bool = False
+    attempt: str = "0"
+    launcher_board: str = ""  # commbench's local launcher's board of deaths (board.py); "" elsewhere
+
+    @property
+    def where(self) -> str:
+        host = "the launcher" if self.launcher_hosts_store else "rank 0"
+        return f"{self.master_addr}:{self.master_port} (hosted by {host})"
+
+    @property
+    def hosts_store(self) -> bool:
+        return self.rank == 0 and not self.launcher_hosts_store
+
+
+# --- the connection ---------------------------------------------------------------------------------
+def connect(rendezvous: Rendezvous, timeout_s: float) -> Any:
+    """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does; the
+    others wait until it listens. RunError, in words that fit what happened, when it cannot be opened
+    or reached within ``timeout_s``.
+
+    The host does not wait for the others here: Coordinator.join does, and names who is missing.
+    """
+    host, port = rendezvous.master_addr, rendezvous.master_port
+    timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
+    try:
+        if rendezvous.hosts_store:
+            return dist.TCPStore(host, port, rendezvous.world_size, True, timeout, wait_for_workers=False,
+                                 multi_tenant=True)
+        wait_for_listener(host, port, timeout_s)
+        return dist.TCPStore(host, port, rendezvous.world_size, False, timeout)
+    except (dist.DistError, OSError) as exc:
+        raise RunError(_store_failure(rendezvous, exc, timeout_s)) from None
+
+
+def wait_for_listener(host: str, port: int, timeout_s: float) -> None:
+    """Until something listens at host:port: TimeoutError when nothing does in time, ConnectionError
+    when the host name does not resolve. Polled from Python, so a failure logs nothing of torch's."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.01
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, deadline - time.monotonic())):
+                return
+        except socket.gaierror as exc:
+            raise ConnectionError(f"cannot resolve {host!r} ({exc.strerror})") from None
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"nothing listened there within {timeout_s:g} s (--timeout)") from None
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.2)
+
+
+def _store_failure(rendezvous: Rendezvous, exc: BaseException, timeout_s: float) -> str:
+    """Why the store could not be opened or reached, in the words that fit what happened."""
+    detail = brief(exc)
+    rank, where = rendezvous.rank, rendezvous.where
+    if rendezvous.hosts_store:
+        if "EADDRINUSE" in str(exc) or "address already in use" in str(exc).lower():
+            why = "the port is taken"
+        else:
+            why = f"it did not open within {timeout_s:g} s (--timeout)" if "timed out" in detail.lower() \
+                else "it did not open"
+        return f"rank {rank} could not open the rendezvous store at {where}: {why} ({detail})"
+    why = (f"its host did not start within {timeout_s:g} s (--timeout), or MASTER_ADDR/MASTER_PORT point "
+           "elsewhere")
+    said = "" if isinstance(exc, TimeoutError) else f" ({detail})"  # ours says no more than the above
+    return f"rank {rank} could not reach the rendezvous store at {where}: {why}{said}"
 
 
 class _Deadline(Exception):
@@ -79,8 +174,18 @@ class Coordinator:
         self._step = 0
         self._previous_step_key: str | None = None
 
+    @classmethod
+    def meeting(cls, store: Any, rendezvous: Rendezvous, timeout_s: float) -> "Coordinator":
+        """This rank's coordinator at ``rendezvous``, over ``store`` (connect's), under the attempt's
+        prefix, reading the local launcher's board where there is one."""
+        board = LauncherBoard(rendezvous.launcher_board) if rendezvous.launcher_board else None
+        return cls(dist.PrefixStore(key_prefix(rendezvous.attempt), store), rendezvous.rank,
+                   rendezvous.world_size, timeout_s, rendezvous.where, rendezvous.hosts_store, board)
+
     # --- store access -------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> Any:
+        """Every request of the check-ins, and so the one place a request gets its bound: a store that
+        stopped answering is StoreLost, naming where it was."""
         try:
             return getattr(self._store, method)(*args)
         except dist.DistError as exc:
@@ -100,9 +205,6 @@ class Coordinator:
     def _troubled(self) -> bool:
         """A rank reported a failure, or a launcher a death."""
         return self._call("add", "trouble", 0) > 0 or bool(self._board_deaths())
-
-    def _died(self, rank: int, board_deaths: dict[int, str]) -> str | None:
-        return board_deaths.get(rank) or self._text(f"dead/{rank}")
 
     def _wait(self, key: str, deadline: float, also: str | None = None) -> str:
         """Until ``key`` (or ``also``) exists, returning which; _Deadline when time runs out, _Trouble
@@ -265,7 +367,7 @@ class Coordinator:
             if int(step_text) == self._step and their_signature == signature:
                 continue
             absent.append(rank)
-            died = self._died(rank, board_deaths)
+            died = board_deaths.get(rank)
             if died:
                 dead.append(f"rank {rank} died ({died})")
             elif seen is None:
@@ -295,7 +397,7 @@ class Coordinator:
         Waiting for more would be waiting on ranks that are themselves blocked on the dead one.
 
         Under commbench's local launcher the wait lasts, past the grace, until two of its supervision
-        passes have finished since this rank's report (core/board.py), so a local rank whose death
+        passes have finished since this rank's report (board.py), so a local rank whose death
         caused this failure is named however loaded the host; --timeout bounds it, should the launcher
         itself stall."""
         now = time.monotonic()
@@ -303,8 +405,7 @@ class Coordinator:
         verdict_by = now + max(grace_s, self.timeout_s)
         passes_then = None if self._board is None else self._board.passes()
         while True:
-            if self._call("add", "deaths", 0) > 0 or self._call("add", "trouble", 0) >= self.world_size \
-                    or self._board_deaths():
+            if self._call("add", "trouble", 0) >= self.world_size or self._board_deaths():
                 return
             now = time.monotonic()
             if now >= grace_ends and (passes_then is None or now >= verdict_by
@@ -328,8 +429,8 @@ class Coordinator:
         """This rank is done with the store after a failure (it has read the others' accounts). The
         rank hosting the store stays until every rank not reported dead has left too, _LINGER_S at
         most (a hung rank never leaves): the others fail in turn once they see this rank's failure."""
-        def alive() -> int:  # deaths a launcher reported, through the store or on its board
-            return self.world_size - max(self._call("add", "deaths", 0), len(self._board_deaths()))
+        def alive() -> int:  # the ranks the local launcher has not seen die
+            return self.world_size - len(self._board_deaths())
 
         self._linger_until_read("left", alive)
 
@@ -355,7 +456,7 @@ class Coordinator:
         for rank in range(self.world_size):
             if rank == self.rank:
                 continue
-            died = self._died(rank, board_deaths)
+            died = board_deaths.get(rank)
             if died:
                 dead.append(f"rank {rank} died ({died})")
             elif self._has(f"failed/{rank}"):
@@ -372,16 +473,3 @@ class Coordinator:
             parts.append(f"{format_ranks(silent)} did not report (hung, or died unseen)")
         return "; ".join(parts)
 
-
-def announce_death(host: str, port: int, attempt: str, rank: int, reason: str,
-                   timeout_s: float = 2.0) -> bool:
-    """From a launcher: record that ``rank`` died (e.g. 'SIGKILL') so the others say so and stop."""
-    try:
-        store = dist.PrefixStore(key_prefix(attempt),
-                                 dist.TCPStore(host, port, None, False, timedelta(seconds=timeout_s)))
-        store.set(f"dead/{rank}", reason)
-        store.add("deaths", 1)
-        store.add("trouble", 1)
-        return True
-    except (dist.DistError, RuntimeError, ValueError):
-        return False  # the store went with its host: the ranks find out on their own

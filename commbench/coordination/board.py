@@ -13,7 +13,7 @@ passes began after the report, so a rank whose death caused the failure has been
 loaded the host (a fixed grace is a race against the launcher's scheduling).
 
 Torch-free and low in the layers: the launcher (running/spawn.py) writes it, the ranks' check-ins
-(backends/coordination.py) read it.
+(store.py) read it.
 """
 
 import os
