@@ -71,10 +71,11 @@ NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?
 # lines that come and go with the measurement itself, not with the code (a straggler named or not, a
 # soak's spikes and drift), dropped; a fit's line, with or without a slope or a warning, kept as a fit
 VARIABLE_LINES = re.compile(r"^(straggler: |note: spikes?: |note: drift: )")
-FIT_LINE = re.compile(r"^(?:\w+ )?α-β fit: ")
+# a fit, or an explanation (whose reasons follow the load of the machine), kept as such
+FIT_LINE = re.compile(r"^(?:\w+ )?(α-β fit|note: explain): ")
 TEMP_PATH = re.compile(r"/tmp/[^\s\"',)]*")
-# JSON keys whose text is a judgement of the measured values (a fit's reliability)
-VARIABLE_KEYS = {"reliability"}
+# JSON keys whose text is a judgement of the measured values (a fit's reliability, explain's reasons)
+VARIABLE_KEYS = {"reliability", "reasons"}
 BOX_RUNS = re.compile(r"([━─═]){2,}")
 DIRECTION = re.compile(r"\b(faster|slower)\b")  # which way two runs of the same code differ is noise
 RUN_ID = re.compile(r"\b\d{8}-\d{6}[-\w]*")
@@ -102,7 +103,8 @@ def mask_text(text: str, places: dict[str, str], exact: bool = False) -> str:
         body = []
         if VARIABLE_LINES.match(line):
             continue
-        lines.append("α-β fit: ..." if FIT_LINE.match(line) else line)
+        fit = FIT_LINE.match(line)
+        lines.append(f"{fit.group(1)}: ..." if fit else line)
     lines.extend(sorted(body))
     return "\n".join(lines).strip() + "\n"
 
