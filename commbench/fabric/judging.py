@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.fabric.matrices import INTER, INTRA
-from commbench.measure.robust import Metric, relative, robust_spread, slow_mask
+from commbench.measure.robust import Metric, gap_factor, relative, robust_spread, slow_mask
 
 MIN_JUDGED = 3  # fewer peers than this: nothing is judged
 MIN_COUNTERPARTS = 2  # a host or rank is scored only on measurements with at least this many others
@@ -98,7 +98,9 @@ class Judged:
 
 @dataclass(frozen=True)
 class JudgedClass:
-    """One metric's measurements of one class, judged, in (src, dst) order."""
+    """One metric's measurements of one class, judged, in (src, dst) order; ``threshold`` is how many
+    times off the median (slower) a measurement had to be to be slow, exp(max(4 s, ln F)) with s the
+    spread of the peers it was judged against (None: too few peers, nothing judged)."""
 
     metric: Metric
     pair_class: str
@@ -107,6 +109,7 @@ class JudgedClass:
     dst: np.ndarray
     value: np.ndarray
     slow: np.ndarray
+    threshold: float | None = None
 
     def item(self, index: int) -> Judged:
         return Judged(int(self.src[index]), int(self.dst[index]), self.metric, float(self.value[index]),
@@ -155,6 +158,7 @@ def judge(measured: Measurements, metric: Metric, factor: float, explained: set[
         peers = values[~touching]
         median, sigma = robust_spread(peers if peers.size else values)
         enough = np.where(touching, peers.size >= 1, peers.size >= MIN_JUDGED)
+        threshold = gap_factor(sigma, factor) if peers.size >= MIN_JUDGED else None
         parts.append(JudgedClass(metric, name, median, measured.src[members], measured.dst[members], values,
-                                 enough & slow_mask(values, median, sigma, metric, factor)))
+                                 enough & slow_mask(values, median, sigma, metric, factor), threshold))
     return Judgements(parts)
