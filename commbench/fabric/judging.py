@@ -46,20 +46,41 @@ class Measurements:
         listed = np.fromiter(ranks, dtype=np.int64, count=len(ranks))
         return np.isin(self.src, listed) | np.isin(self.dst, listed)
 
-    def class_scores(self, inter: bool, by_host: bool, explained: set[int]) -> dict:
-        """Each owner's median over its measurements of one class (crossing hosts or not): hosts by name
-        (``by_host``), else ranks not in ``explained``; only owners whose measurements reach
-        MIN_COUNTERPARTS others (hosts for a host, ranks for a rank); owners in the order they first
-        appear, the sender's end of a measurement before the receiver's."""
+    def host_scores(self) -> dict[str, float]:
+        """Each host's score: the median, over the other hosts it has inter-node measurements with (at
+        least MIN_COUNTERPARTS of them), of the median of the measurements between the two hosts (both
+        directions); hosts in order. Not the median of its own measurements: with three hosts, half of a
+        good host's are with a bad host, so that median sits between the two and a single disturbed
+        measurement decides which side it falls on (a host-pair median moves only when most of its
+        measurements do)."""
+        chosen = np.flatnonzero(self.inter)
+        if not chosen.size:
+            return {}
+        count = len(self.hosts)
+        ends = self.host_of[self.src[chosen]], self.host_of[self.dst[chosen]]
+        cells = np.minimum(*ends) * count + np.maximum(*ends)
+        order = np.argsort(cells, kind="stable")
+        found, starts = np.unique(cells[order], return_index=True)
+        stops = np.append(starts[1:], cells.size)
+        values = self.value[chosen][order]
+        by_host: dict[int, list[float]] = {}
+        for cell, start, stop in zip(found.tolist(), starts.tolist(), stops.tolist(), strict=True):
+            median = float(np.median(values[start:stop]))
+            for host in divmod(cell, count):
+                by_host.setdefault(host, []).append(median)
+        return {self.hosts[host]: float(np.median(medians)) for host, medians in sorted(by_host.items())
+                if len(medians) >= MIN_COUNTERPARTS}
+
+    def rank_scores(self, inter: bool, explained: set[int]) -> dict[int, float]:
+        """Each rank's median over its measurements of one class (crossing hosts or not), ranks not in
+        ``explained``; only ranks whose measurements reach MIN_COUNTERPARTS other ranks; ranks in the
+        order they first appear, the sender's end of a measurement before the receiver's."""
         chosen = self.inter == inter
         ends = np.stack([self.src[chosen], self.dst[chosen]], axis=1).ravel()
         others = np.stack([self.dst[chosen], self.src[chosen]], axis=1).ravel()
         values = np.repeat(self.value[chosen], 2)
-        if by_host:
-            owners, counterparts = self.host_of[ends], self.host_of[others]
-        else:
-            kept = ~np.isin(ends, np.fromiter(explained, dtype=np.int64, count=len(explained)))
-            owners, counterparts, values = ends[kept], others[kept], values[kept]
+        kept = ~np.isin(ends, np.fromiter(explained, dtype=np.int64, count=len(explained)))
+        owners, counterparts, values = ends[kept], others[kept], values[kept]
         if not owners.size:
             return {}
         found, first = np.unique(owners, return_index=True)
@@ -74,8 +95,7 @@ class Measurements:
         for position in np.argsort(first):
             owner = int(found[position])
             if reached[owner] >= MIN_COUNTERPARTS:
-                key = self.hosts[owner] if by_host else owner
-                scores[key] = float(np.median(sorted_values[starts[position]:ends_at[position]]))
+                scores[owner] = float(np.median(sorted_values[starts[position]:ends_at[position]]))
         return scores
 
 

@@ -10,11 +10,13 @@ Fewer than 3 peers are not judged.
 
 Blame goes from the widest cause to the narrowest, per metric (bandwidth, then latency), and a value is
 only ever judged against peers that nothing named so far explains:
-1. Hosts (3 or more): a host's score is the median of its inter-node measurements (both directions of
-   every pair between one of its ranks and a rank elsewhere); a host whose score is slow against the
-   other hosts' scores is named. So is a host whose intra-node all_reduce bus bandwidth is slow against
-   the other hosts'. Scoring hosts before pairs keeps one bad host from hiding: its pairs can be 40%
-   of all inter-node pairs (2 of 5 hosts in every pair it is in), too many for a median of pairs.
+1. Hosts (3 or more): a host's score is the median, over the other hosts, of the median of the
+   measurements between it and that host (both directions of every pair of their ranks); a host whose
+   score is slow against the other hosts' scores is named. So is a host whose intra-node all_reduce bus
+   bandwidth is slow against the other hosts'. Scoring hosts before pairs keeps one bad host from
+   hiding: its pairs can be 40% of all inter-node pairs (2 of 5 hosts in every pair it is in), too many
+   for a median of pairs. Scoring them by host pairs keeps a good host from looking bad: with 3 hosts,
+   half of its measurements are with the bad one, and a median over them would fall on either side.
 2. Ranks on hosts not named: a rank's score in a class (intra-node, inter-node) is the median of its
    measurements in that class, judged against the scores of the other ranks not on named hosts.
    A host (rank) is scored only when its measurements reach 2 other hosts (ranks) or more: with one,
@@ -130,8 +132,7 @@ def blame_metric(values: Values, hostnames: list[str], metric: Metric, factor: f
     """Steps 1 to 3 of the module docstring for one metric; the judged measurements."""
     measured = Measurements.of(values, hostnames)
     hosts = {host: set(ranks) for host, ranks in ranks_by_host(hostnames).items()}
-    host_scores = {host: score for host, score in measured.class_scores(True, True, set()).items()
-                   if host not in excused}
+    host_scores = {host: score for host, score in measured.host_scores().items() if host not in excused}
     named_hosts = outlying(host_scores, metric, factor)
     explained = {rank for suspect in suspects.values() if suspect.kind in ("host", "rank")
                  for rank in suspect.ranks}
@@ -139,7 +140,7 @@ def blame_metric(values: Values, hostnames: list[str], metric: Metric, factor: f
     explained |= {rank for host in named_hosts for rank in hosts[host]}
     named_ranks: dict[tuple[int, str], float] = {}
     for name, inter in ((INTRA, False), (INTER, True)):
-        for rank, median in outlying(measured.class_scores(inter, False, explained), metric, factor).items():
+        for rank, median in outlying(measured.rank_scores(inter, explained), metric, factor).items():
             named_ranks[(rank, name)] = median
     explained |= {rank for rank, _ in named_ranks}
     judged = judge(measured, metric, factor, explained)
