@@ -84,8 +84,10 @@ class FabricAnalysis:
             lines.append(f"verdict: nothing suspicious: no measurement stayed {rule} slower than the median "
                          "of its class")
         else:
-            lines.append(f"verdict: {plural(len(self.suspects), 'suspect')}, most likely first (each slow "
-                         f"every time it was measured: {rule} slower than the median of its class)")
+            how = (f"by its median over {len(self.passes)} passes, each pass confirming what it named"
+                   if len(self.passes) > 1 else "slow each time it was measured")
+            lines.append(f"verdict: {plural(len(self.suspects), 'suspect')}, most likely first ({how}: "
+                         f"{rule} slower than the median of its class)")
             for index, suspect in enumerate(self.suspects, start=1):
                 lines.append(f"  {index}. {suspect.label}")
                 lines.extend(f"     {sentence}" for sentence in suspect.evidence)
