@@ -20,7 +20,7 @@ from commbench.fabric.heatmap import heatmap_figure
 from commbench.fabric.matrices import KIND, fabric_rows
 from commbench.fabric.tables import closing_lines, fabric_tables, print_fabric_rows, size_texts
 from commbench.provenance.html import hardware_table_html
-from commbench.results.kinds import LiveRun, ResultKind, register_kind
+from commbench.results.kinds import LiveRun, ResultKind
 from commbench.results.model import Row
 from commbench.results.saved import SavedRun
 from commbench.writers.html import html_table, metadata_html, page
@@ -85,5 +85,6 @@ def print_live_fabric(console: Console, rows: list[Row], run: LiveRun) -> None:
     print_fabric_rows(console, rows, run.hostnames, run.config, run.hardware)
 
 
-FABRIC = register_kind(ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric,
-                                  report_page=fabric_report_page, compares_alone=True))
+# registered with the fabric feature (command.py)
+FABRIC = ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric, report_page=fabric_report_page,
+                    compares_alone=True)

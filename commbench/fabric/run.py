@@ -20,7 +20,7 @@ from commbench.core.words import plural
 from commbench.fabric.analysis import FabricAnalysis, analyse, crowded_hosts, suspects_of
 from commbench.fabric.config import FabricConfig, Outcome
 from commbench.fabric.confirm import CONFIRMATIONS, RECHECK, ConfirmationPlan, plan_confirmation
-from commbench.fabric.kind import FABRIC  # its rows print as matrices and a verdict
+from commbench.fabric.kind import FABRIC  # the `fabric` part of results.json is named after it
 from commbench.fabric.measure import (
     FabricContext,
     allocate_buffers,
