@@ -46,13 +46,13 @@ class Measurements:
         listed = np.fromiter(ranks, dtype=np.int64, count=len(ranks))
         return np.isin(self.src, listed) | np.isin(self.dst, listed)
 
-    def host_scores(self) -> dict[str, float]:
+    def host_scores(self, excused: frozenset[str] = frozenset()) -> dict[str, float]:
         """Each host's score: the median, over the other hosts it has inter-node measurements with (at
         least MIN_COUNTERPARTS of them), of the median of the measurements between the two hosts (both
-        directions); hosts in order. Not the median of its own measurements: with three hosts, half of a
-        good host's are with a bad host, so that median sits between the two and a single disturbed
-        measurement decides which side it falls on (a host-pair median moves only when most of its
-        measurements do)."""
+        directions); hosts in order, none ``excused`` and none scored on its pair with one. Not the median
+        of its own measurements: with three hosts, half of a good host's are with a bad host, so that
+        median sits between the two and a single disturbed measurement decides which side it falls on (a
+        host-pair median moves only when most of its measurements do)."""
         chosen = np.flatnonzero(self.inter)
         if not chosen.size:
             return {}
@@ -63,11 +63,14 @@ class Measurements:
         found, starts = np.unique(cells[order], return_index=True)
         stops = np.append(starts[1:], cells.size)
         values = self.value[chosen][order]
+        left_out = {index for index, host in enumerate(self.hosts) if host in excused}
         by_host: dict[int, list[float]] = {}
         for cell, start, stop in zip(found.tolist(), starts.tolist(), stops.tolist(), strict=True):
-            median = float(np.median(values[start:stop]))
-            for host in divmod(cell, count):
-                by_host.setdefault(host, []).append(median)
+            pair = divmod(cell, count)
+            if left_out.isdisjoint(pair):
+                median = float(np.median(values[start:stop]))
+                for host in pair:
+                    by_host.setdefault(host, []).append(median)
         return {self.hosts[host]: float(np.median(medians)) for host, medians in sorted(by_host.items())
                 if len(medians) >= MIN_COUNTERPARTS}
 

@@ -132,8 +132,7 @@ def blame_metric(values: Values, hostnames: list[str], metric: Metric, factor: f
     """Steps 1 to 3 of the module docstring for one metric; the judged measurements."""
     measured = Measurements.of(values, hostnames)
     hosts = {host: set(ranks) for host, ranks in ranks_by_host(hostnames).items()}
-    host_scores = {host: score for host, score in measured.host_scores().items() if host not in excused}
-    named_hosts = outlying(host_scores, metric, factor)
+    named_hosts = outlying(measured.host_scores(excused), metric, factor)
     explained = {rank for suspect in suspects.values() if suspect.kind in ("host", "rank")
                  for rank in suspect.ranks}
     explained |= {rank for host in excused for rank in hosts.get(host, ())}
