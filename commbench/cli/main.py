@@ -16,6 +16,7 @@ from commbench.cli.options import TORCHRUN_OPTIONS, launch_options, launcher_opt
 from commbench.cli.run import run, sweep
 from commbench.cli.saved import compare, plot, report
 from commbench.cli.tools import env_command, list_command, replay
+from commbench.diagnose.command import diagnose_command, with_verdict
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
 from commbench.fabric.command import fabric_command
 from commbench.fabric.kind import FABRIC
@@ -63,7 +64,7 @@ def cli() -> None:
     """
 
 
-for command in (run, sweep, compare, plot, report, env_command, replay, list_command):
+for command in (run, sweep, compare, plot, report, env_command, replay, diagnose_command, list_command):
     cli.add_command(command)
 # The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns, fabric's in fabric/command.py;
 # they share the launch options.
@@ -104,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except RunError as exc:
-        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        # rank 0 (or the only process) reads the dumps a failed run's ranks left, and says what they show
+        message = str(exc) if _rank_behind_rank_0() else with_verdict(str(exc))
+        print(f"commbench: error: {_one_line(message)}", file=sys.stderr)
         return exc.exit_code
     except (Terminated, AlreadyReported) as exc:
         return exc.exit_code

@@ -51,11 +51,19 @@ class Signature:
         return self.op in fields.P2P_NAMES
 
     def agreement(self) -> tuple:
-        """What every member must hold at the same sequence id. Sizes that legitimately differ by rank
-        are left out: an all-to-all's splits, a gather's output and a scatter's input (root only)."""
-        inputs = () if self.op in ("all_to_all", "scatter") else self.inputs
-        outputs = () if self.op in ("all_to_all", "gather") else self.outputs
-        return (self.raw, inputs, outputs, self.input_dtypes, self.output_dtypes)
+        """What every member must hold at the same sequence id. What legitimately differs by rank is left
+        out: an all-to-all's splits, a gather's output and a scatter's input (the root's only)."""
+        inputs, input_dtypes = self.inputs, self.input_dtypes
+        outputs, output_dtypes = self.outputs, self.output_dtypes
+        if self.op in ("all_to_all", "scatter"):
+            inputs = ()
+        if self.op in ("all_to_all", "gather"):
+            outputs = ()
+        if self.op == "scatter":
+            input_dtypes = ()
+        if self.op == "gather":
+            output_dtypes = ()
+        return (self.raw, inputs, outputs, input_dtypes, output_dtypes)
 
     def sizes(self) -> str:
         text = ", ".join("x".join(str(part) for part in shape) or "scalar" for shape in self.inputs) or "-"
