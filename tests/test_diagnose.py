@@ -1,0 +1,211 @@
+"""commbench diagnose on the dumps of real gloo jobs that go wrong (tests/diagnose_programs.py), run
+here, once per module: each verdict names the culprit ranks, the group, the collective and the class.
+
+gloo aborts the process of some ranks on a size or dtype mismatch: those leave no dump, and the verdict
+names the culprit from the others'. The reader's property tests mutate these real dumps.
+"""
+
+import json
+import pickle
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commbench.cli import main
+from commbench.diagnose import verdict as classes
+from commbench.diagnose.command import diagnose_files
+from commbench.diagnose.reading import REQUIRED_FIELDS
+from commbench.diagnose.verdict import Finding, Verdict
+from commbench.errors import UsageError
+from tests import diagnose_programs as programs
+
+pytestmark = pytest.mark.processes
+
+
+@dataclass
+class Ran:
+    directory: Path
+    exit_codes: dict[int, int]
+    verdict: Verdict
+
+    def finding(self, group_desc: str) -> Finding | None:
+        report = next(report for report in self.verdict.groups if report.desc == group_desc)
+        return report.finding
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    """Every job of diagnose_programs.JOBS, run once, with its verdict."""
+    root = tmp_path_factory.mktemp("jobs")
+    ran = {}
+    for name, (job, ranks) in programs.JOBS.items():
+        codes = programs.run_job(job, ranks, root / name)
+        ran[name] = Ran(root / name, codes, diagnose_files([str(root / name)]))
+    return ran
+
+
+def test_the_healthy_job_names_nobody(jobs, capsys):
+    healthy = jobs["healthy"]
+    assert healthy.verdict.findings == [] and healthy.verdict.missing == ()
+    assert {report.desc for report in healthy.verdict.groups} == {"default_pg", "pair"}
+    assert main(["diagnose", str(healthy.directory)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("verdict: nothing found")
+
+
+def test_a_rank_that_issues_another_collective_is_named_with_both_sides(jobs):
+    finding = jobs["desyncs"].finding("differs")
+    assert (finding.kind, finding.detail, finding.culprits, finding.seq) == (
+        classes.MISMATCH, classes.DIFFERENT_COLLECTIVE, (2,), 2)
+    assert [(ranks, side.op) for ranks, side in finding.sides] == [((0, 1), "all_reduce"), ((2,), "all_gather")]
+    assert all(side.stack.startswith("diagnose_programs.py:") for _, side in finding.sides)
+
+
+def test_a_rank_stuck_outside_communication_is_behind(jobs):
+    finding = jobs["desyncs"].finding("stuck")
+    assert (finding.kind, finding.culprits, finding.seq) == (classes.BEHIND, (5,), 2)
+    assert "busy outside communication" in finding.reading and "ranks 3-4 entered" in finding.reading
+
+
+def test_a_rank_that_skips_a_collective_is_named_by_its_call_site(jobs):
+    finding = jobs["desyncs"].finding("skips")
+    assert (finding.kind, finding.detail, finding.culprits, finding.seq) == (
+        classes.MISMATCH, classes.SKIPPED, (7,), 2)
+    (mine, theirs) = (side for _, side in finding.sides)
+    assert mine.stack != theirs.stack  # the same collective at #2, issued from two lines
+
+
+def test_a_desync_inside_subgroups_leaves_the_world_group_healthy(jobs):
+    verdict = jobs["desyncs"].verdict
+    assert jobs["desyncs"].finding("default_pg") is None
+    assert verdict.missing == () and verdict.world_size == 8
+    assert [finding.group.split(":")[1] for finding in verdict.findings] == ["differs", "skips", "stuck"]
+
+
+def test_wrong_size_and_dtype_name_the_culprit_though_gloo_aborted_a_member(jobs):
+    mismatches = jobs["mismatches"]
+    aborted = sorted(rank for rank, code in mismatches.exit_codes.items() if code != 0)
+    assert aborted == [1, 4], mismatches.exit_codes  # gloo's enforce killed them: no dump
+    assert mismatches.verdict.missing == (1, 4)
+    size, dtype = mismatches.finding("size"), mismatches.finding("dtype")
+    assert (size.kind, size.detail, size.culprits, size.seq) == (classes.MISMATCH, classes.DIFFERENT_SIZE, (2,), 2)
+    assert (dtype.kind, dtype.detail, dtype.culprits) == (classes.MISMATCH, classes.DIFFERENT_DTYPE, (5,))
+    assert "[16]" in size.reading and "Double" in dtype.reading
+    world = mismatches.finding("default_pg")
+    assert (world.kind, world.culprits) == (classes.MISSING, (1, 4))
+
+
+def test_coalesced_operations_in_another_order_are_a_size_mismatch(jobs):
+    finding = jobs["stalls"].finding("coalesced")
+    assert (finding.kind, finding.detail, finding.culprits, finding.seq) == (
+        classes.MISMATCH, classes.DIFFERENT_SIZE, (6,), 1)
+    assert [side.sizes for _, side in finding.sides] == ["5, 6", "6, 5"]
+
+
+def test_a_rank_that_dies_is_named_from_the_others_dumps(jobs):
+    stalls = jobs["stalls"]
+    assert stalls.exit_codes[7] == 1 and not (stalls.directory / f"{programs.DUMP_PREFIX}7").exists()
+    assert stalls.verdict.world_size == 8  # the highest rank died: its world all_gather's output says 8
+    assert stalls.verdict.missing == (7,)
+    dies = stalls.finding("dies")
+    assert (dies.kind, dies.culprits, dies.seq) == (classes.MISSING, (7,), 3)
+    assert stalls.finding("default_pg").culprits == (7,)
+
+
+def test_a_point_to_point_deadlock_shows_its_ranks_behind_and_says_gloo_does_not_record_it(jobs):
+    finding = jobs["stalls"].finding("pipe")
+    assert (finding.kind, finding.culprits, finding.seq) == (classes.BEHIND, (1, 2), 2)
+    assert "send or recv (gloo records none)" in finding.reading
+
+
+def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):
+    for path in jobs["desyncs"].directory.iterdir():
+        if not path.name.endswith("_6"):
+            shutil.copy(path, tmp_path / path.name)
+    verdict = diagnose_files([str(tmp_path)])
+    assert verdict.missing == (6,)
+    findings = {(finding.group.split(":")[1], finding.kind, finding.culprits) for finding in verdict.findings}
+    assert ("differs", classes.MISMATCH, (2,)) in findings and ("default_pg", classes.MISSING, (6,)) in findings
+
+
+def test_the_command_prints_the_verdict_first_and_json_for_tools(jobs, capsys):
+    directory = str(jobs["desyncs"].directory)
+    assert main(["diagnose", directory]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("verdict: mismatch: different collective at #2 of group 1:differs: rank 2")
+    assert len(lines) < 60
+    assert main(["diagnose", directory, "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)
+    assert found["culprit_found"] and [item["culprits"] for item in found["findings"]] == [[2], [7], [5]]
+
+
+# --- bad input: one line, exit status 2, never a traceback ----------------------------------------
+
+def _one_line_error(capsys: pytest.CaptureFixture, *args: str) -> str:
+    status = main(["diagnose", *args])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and err.startswith("commbench: error: ")
+    return err
+
+
+def test_bad_arguments_are_one_line(jobs, tmp_path, capsys):
+    assert "no such file" in _one_line_error(capsys, str(tmp_path / "absent"))
+    (tmp_path / "notes.txt").write_text("not a dump")
+    assert "not a Flight Recorder dump" in _one_line_error(capsys, str(tmp_path / "notes.txt"))
+    assert "--world-size 0" in _one_line_error(capsys, str(jobs["healthy"].directory), "--world-size", "0")
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    for name in ("fr_rank_0", "other_rank_0"):
+        shutil.copy(jobs["healthy"].directory / "fr_rank_0", twice / name)
+    assert "two dumps for rank 0" in _one_line_error(capsys, str(twice))
+
+
+WRONG_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True),
+                         st.text(max_size=4), st.lists(st.integers(-2, 2), max_size=3),
+                         st.lists(st.lists(st.text(max_size=2), max_size=2), max_size=2),
+                         st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+
+def _check_reads_or_says_why(directory: Path, damaged: str) -> None:
+    try:
+        diagnose_files([str(directory)])
+    except UsageError as exc:
+        assert "\n" not in str(exc) and damaged in str(exc)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_damaged_field_reads_or_is_one_line_naming_the_file(jobs, tmp_path_factory, data):
+    source = jobs["desyncs"].directory / f"{programs.DUMP_PREFIX}3"
+    dump = pickle.loads(source.read_bytes())  # our own job's dump
+    entry = data.draw(st.sampled_from(dump["entries"]))
+    key = data.draw(st.sampled_from([*REQUIRED_FIELDS, "frames"]))
+    if data.draw(st.booleans()):
+        entry.pop(key, None)
+    else:
+        entry[key] = data.draw(WRONG_VALUES)
+    if data.draw(st.booleans()):
+        dump[data.draw(st.sampled_from(["pg_config", "pg_status", "version"]))] = data.draw(WRONG_VALUES)
+    directory = tmp_path_factory.mktemp("damaged")
+    (directory / source.name).write_bytes(pickle.dumps(dump))
+    _check_reads_or_says_why(directory, source.name)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.floats(0.0, 1.0), as_json=st.booleans())
+def test_a_truncated_dump_is_one_line_naming_the_file(jobs, tmp_path_factory, cut, as_json):
+    source = jobs["stalls"].directory / f"{programs.DUMP_PREFIX}4"
+    data = source.read_bytes()
+    if as_json:
+        data = json.dumps(pickle.loads(data), default=list).encode()
+    directory = tmp_path_factory.mktemp("cut")
+    (directory / source.name).write_bytes(data[: int(len(data) * cut)])
+    if int(len(data) * cut) < len(data):
+        with pytest.raises(UsageError, match=source.name):
+            diagnose_files([str(directory)])
+    else:
+        _check_reads_or_says_why(directory, source.name)
