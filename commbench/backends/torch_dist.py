@@ -129,6 +129,15 @@ class TorchDistBackend(Backend):
             found["cuda"] = torch.version.cuda
         return found
 
+    def flight_recorder_dump(self) -> bytes | None:
+        dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)  # private: absent, one day
+        if dump is None:
+            return None
+        try:
+            return dump()
+        except RuntimeError:  # the recorder is off (TORCH_FR_BUFFER_SIZE=0) or cannot dump
+            return None
+
     def free_device_memory(self) -> int | None:
         return torch.cuda.mem_get_info(self.device)[0] if self._is_cuda else None
 

@@ -14,8 +14,8 @@ import click
 from commbench.diagnose.verdict import Verdict
 from commbench.errors import UsageError
 
-# What a failed run's RunError says when its ranks left their dumps (running/rank.py writes it).
-DUMPS_NAMED = re.compile(r"Flight Recorder dumps in (\S+?)(?:[;,)]|$)")
+# What a failed run's RunError ends with when its ranks left their dumps (running/rank.py writes it).
+DUMPS_NAMED = re.compile(r"; Flight Recorder dumps in (.+)$")
 
 
 @click.command("diagnose")
