@@ -15,6 +15,7 @@ import datetime
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,9 +34,12 @@ def dump(out_dir: str, rank: int) -> None:
     os.replace(partial, path)
 
 
-def _rank_main(job: Callable, rank: int, world_size: int, port: int, out_dir: str, dump_after_s: float
-               ) -> None:
+def _rank_main(job: Callable, rank: int, world_size: int, port: int, out_dir: str,
+               timing: tuple[float, int]) -> None:
+    dump_after_s, entries = timing
+    warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's new name, in torch 2.13
     os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)  # read when the first group starts
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=4 * dump_after_s))
     dumped = threading.Lock()
@@ -57,16 +61,18 @@ def _rank_main(job: Callable, rank: int, world_size: int, port: int, out_dir: st
     dump_once()
 
 
-def run_job(job: Callable, world_size: int, out_dir: Path, dump_after_s: float = 3.0) -> dict[int, int]:
+def run_job(job: Callable, world_size: int, out_dir: Path, dump_after_s: float = 3.0, entries: int = 2000
+            ) -> dict[int, int]:
     """``job(rank, world_size)`` on ``world_size`` fresh processes (forked from commbench's fork server,
-    which has torch imported) in one gloo world; their exit codes by rank (-6: gloo aborted it)."""
+    which has torch imported) in one gloo world, each keeping its last ``entries`` operations (torch's
+    default 2000); their exit codes by rank (-6: gloo aborted it)."""
     from commbench.running.spawn import forking_context, free_port
 
     out_dir.mkdir(parents=True, exist_ok=True)
     context = forking_context()
     port = free_port()
     procs = [context.Process(target=_rank_main, args=(job, rank, world_size, port, str(out_dir),
-                                                      dump_after_s)) for rank in range(world_size)]
+                                                      (dump_after_s, entries))) for rank in range(world_size)]
     try:
         for proc in procs:
             proc.start()
@@ -198,6 +204,28 @@ def stalls(rank: int, world_size: int) -> None:
         os._exit(1)  # killed: out of memory, a node lost
     dist.all_reduce(x, group=group)
     _park()
+
+
+MESH_GROUPS = {"tp0": [0, 1, 2, 3], "tp1": [4, 5, 6, 7], "dp0": [0, 4], "dp1": [1, 5], "dp2": [2, 6],
+               "dp3": [3, 7]}
+MESH_STEPS = 185  # 11 operations a step: the 2,000 entries torch keeps by default, and more
+
+
+def mesh_steps(rank: int, world_size: int, steps: int = MESH_STEPS) -> None:
+    """Eight healthy ranks as tensor (4) x data (2) parallelism: per step and layer a tensor-parallel
+    all_gather and all_reduce, a data-parallel all_reduce of gradients; a world all-reduce per step.
+    scripts/bench_diagnose.py replicates its dumps to thousands of ranks."""
+    groups = _groups(MESH_GROUPS)
+    tp = groups[f"tp{rank // 4}"]
+    dp = groups[f"dp{rank % 4}"]
+    activation, gradient = torch.ones(64), torch.ones(256)
+    for _ in range(steps):
+        for _layer in range(3):
+            dist.all_gather_into_tensor(torch.empty(256), activation, group=tp)
+            dist.all_reduce(activation, group=tp)
+            dist.all_reduce(gradient, group=dp)
+        dist.all_reduce(torch.ones(1), group=dist.group.WORLD)
+        dist.all_gather_into_tensor(torch.empty(8), torch.ones(1))
 
 
 JOBS = {"healthy": (healthy, 2), "desyncs": (desyncs, 8), "mismatches": (mismatches, 8),

@@ -6,8 +6,12 @@ names the culprit from the others'. The reader's property tests mutate these rea
 """
 
 import json
+import os
 import pickle
 import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from commbench.diagnose.reading import REQUIRED_FIELDS
 from commbench.diagnose.verdict import Finding, Verdict
 from commbench.errors import UsageError
 from tests import diagnose_programs as programs
+from tests.process_helpers import rank_processes, start_commbench, wait_for_rows
 
 pytestmark = pytest.mark.processes
 
@@ -60,7 +65,8 @@ def test_a_rank_that_issues_another_collective_is_named_with_both_sides(jobs):
     finding = jobs["desyncs"].finding("differs")
     assert (finding.kind, finding.detail, finding.culprits, finding.seq) == (
         classes.MISMATCH, classes.DIFFERENT_COLLECTIVE, (2,), 2)
-    assert [(ranks, side.op) for ranks, side in finding.sides] == [((0, 1), "all_reduce"), ((2,), "all_gather")]
+    assert [(ranks, side.op) for ranks, side in finding.sides] == [((0, 1), "all_reduce"),
+                                                                   ((2,), "all_gather")]
     assert all(side.stack.startswith("diagnose_programs.py:") for _, side in finding.sides)
 
 
@@ -91,7 +97,8 @@ def test_wrong_size_and_dtype_name_the_culprit_though_gloo_aborted_a_member(jobs
     assert aborted == [1, 4], mismatches.exit_codes  # gloo's enforce killed them: no dump
     assert mismatches.verdict.missing == (1, 4)
     size, dtype = mismatches.finding("size"), mismatches.finding("dtype")
-    assert (size.kind, size.detail, size.culprits, size.seq) == (classes.MISMATCH, classes.DIFFERENT_SIZE, (2,), 2)
+    assert (size.kind, size.detail, size.culprits, size.seq) == (
+        classes.MISMATCH, classes.DIFFERENT_SIZE, (2,), 2)
     assert (dtype.kind, dtype.detail, dtype.culprits) == (classes.MISMATCH, classes.DIFFERENT_DTYPE, (5,))
     assert "[16]" in size.reading and "Double" in dtype.reading
     world = mismatches.finding("default_pg")
@@ -127,8 +134,8 @@ def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missi
             shutil.copy(path, tmp_path / path.name)
     verdict = diagnose_files([str(tmp_path)])
     assert verdict.missing == (6,)
-    findings = {(finding.group.split(":")[1], finding.kind, finding.culprits) for finding in verdict.findings}
-    assert ("differs", classes.MISMATCH, (2,)) in findings and ("default_pg", classes.MISSING, (6,)) in findings
+    found = {(finding.group.split(":")[1], finding.kind, finding.culprits) for finding in verdict.findings}
+    assert ("differs", classes.MISMATCH, (2,)) in found and ("default_pg", classes.MISSING, (6,)) in found
 
 
 def test_the_command_prints_the_verdict_first_and_json_for_tools(jobs, capsys):
@@ -140,6 +147,36 @@ def test_the_command_prints_the_verdict_first_and_json_for_tools(jobs, capsys):
     assert main(["diagnose", directory, "--json"]) == 1
     found = json.loads(capsys.readouterr().out)
     assert found["culprit_found"] and [item["culprits"] for item in found["findings"]] == [[2], [7], [5]]
+
+
+# --- commbench's own runs ------------------------------------------------------------------------
+
+def test_a_commbench_run_that_times_out_prints_the_verdict_and_keeps_the_dumps(tmp_path):
+    # rank 1 stops (SIGSTOP) mid-sweep: rank 0 times out waiting for it, dumps its recorder, and its
+    # error line carries the verdict on the run directory's dumps; rank 1, stopped, leaves none
+    proc = start_commbench("--collective", "all_reduce", "--sizes", "1K:2000K:+1K", "--iters", "2",
+                           "--warmup", "0", "--quiet", "--timeout", "3", "--nproc", "2", "--output-dir",
+                           str(tmp_path))
+    ranks = rank_processes(proc.pid, 2)
+    wait_for_rows(next(_wait_for(lambda: list(tmp_path.glob("*/results.csv")))), 2, proc)
+    os.kill(ranks[1], signal.SIGSTOP)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 1, stderr
+    line = next(line for line in stderr.splitlines() if "on rank 0" in line)
+    dumps = next(tmp_path.glob("*/flight-recorder"))
+    assert f"; Flight Recorder dumps in {dumps}; diagnose: missing: " in line
+    assert "rank 1" in line.split("; diagnose: ")[1]
+    assert sorted(path.name for path in dumps.iterdir()) == ["rank_0"]
+    verdict = diagnose_files([str(dumps)])  # the run's results.json gives the world: 2 ranks
+    assert verdict.world_size == 2 and verdict.missing == (1,) and verdict.findings[0].culprits == (1,)
+    assert "Traceback" not in stderr
+
+
+def _wait_for(found: Callable[[], list], timeout: float = 60.0) -> Iterator:
+    deadline = time.monotonic() + timeout
+    while not found() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield from found()
 
 
 # --- bad input: one line, exit status 2, never a traceback ----------------------------------------

@@ -22,12 +22,19 @@ complete a group's work in order; gloo retires asynchronously, so a dump can cat
 from collections import Counter
 from dataclasses import dataclass
 
-from commbench.core.groups import format_ranks
 from commbench.diagnose import verdict as classes
 from commbench.diagnose.loading import Job
 from commbench.diagnose.reading import STATE_CODES, Signature
 from commbench.diagnose.tracks import Track, Tracks, describe_stack
-from commbench.diagnose.verdict import Finding, GroupReport, Operation, RankState, Verdict
+from commbench.diagnose.verdict import (
+    Finding,
+    GroupReport,
+    Operation,
+    RankState,
+    Verdict,
+    group_label,
+    ranks_text,
+)
 
 STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
 WORLD_GROUP = "0"  # torch names the default group '0'
@@ -36,11 +43,13 @@ P2P_UNRECORDED = {"gloo"}  # backends whose Flight Recorder holds no send or rec
 
 def diagnose(job: Job, world_size: int | None = None, hosts: dict[int, str] | None = None) -> Verdict:
     """The verdict on ``job``'s dumps; ``world_size`` where the caller knows more ranks than the dumps
-    show; ``hosts`` (rank -> host name) where known (a dump does not record it)."""
+    show; ``hosts`` (rank -> host name) where known (a dump does not record it; a commbench run does,
+    for every rank, so it also gives the world size)."""
     tracks = Tracks(job)
-    world = _world_size(job, tracks, world_size)
+    hosts = hosts or {}
+    world = _world_size(job, tracks, max([world_size or 0, *(rank + 1 for rank in hosts)]))
     missing = tuple(rank for rank in range(world) if rank not in job.dumps)
-    context = _Context(job, tracks, world, missing, hosts or {})
+    context = _Context(job, tracks, world, missing, hosts)
     reports = [context.examine(group_id) for group_id in range(len(job.groups))]
     findings = [report.finding for report in reports if report.finding is not None]
     findings += context.p2p_findings()
@@ -48,7 +57,7 @@ def diagnose(job: Job, world_size: int | None = None, hosts: dict[int, str] | No
     notes = context.notes()
     if missing and not any(missing_rank in report.members for report in reports for missing_rank in missing):
         findings.append(Finding(classes.MISSING, job.groups[0][0] if job.groups else WORLD_GROUP, missing,
-                                f"{format_ranks(list(missing))} left no dump: dead or unreachable"))
+                                f"{ranks_text(list(missing))} left no dump: dead or unreachable"))
     backends = sorted({dump.backend for dump in job.dumps.values() if dump.backend})
     versions = sorted({dump.version for dump in job.dumps.values()})
     return Verdict(job.source, "/".join(backends) or "?", "/".join(versions), tuple(job.ranks), world,
@@ -92,7 +101,7 @@ class _Context:
         tracks = self.tracks.by_group[group_id]
         present = [rank for rank in members if rank in self.job.dumps]
         unnamed = 0 if known else max(0, self.tracks.implied_size(group_id) - len(members))
-        label = name if desc in ("", "undefined") else f"{name}:{desc}"
+        label = group_label(name, desc)
         judge = _Judge(self, group_id, label, tracks, present)
         finding = None
         if disagree:
@@ -108,9 +117,9 @@ class _Context:
 
     def membership(self, label: str, name: str, disagree: list[int]) -> Finding:
         listed = {rank: self.job.dumps[rank].members[name] for rank in disagree}
-        text = "; ".join(f"rank {rank} lists {format_ranks(list(ranks))}" for rank, ranks in listed.items())
+        text = "; ".join(f"rank {rank} lists {ranks_text(list(ranks))}" for rank, ranks in listed.items())
         return Finding(classes.MEMBERSHIP, label, tuple(disagree),
-                       f"{format_ranks(disagree)} disagree with the other members on who is in group {label} "
+                       f"{ranks_text(disagree)} disagree with the other members on who is in group {label} "
                        f"({text}): the group was created with different ranks on different ranks")
 
     def operation(self, rank: int, position: int) -> Operation:
@@ -138,8 +147,7 @@ class _Context:
         other = int(dump.group[last])
         if other == group_id or self.tracks.done[rank][last]:
             return ""
-        name, desc = self.job.groups[other]
-        return name if desc in ("", "undefined") else f"{name}:{desc}"
+        return group_label(*self.job.groups[other])
 
     def host(self, ranks: list[int]) -> str:
         names = sorted({self.hosts[rank] for rank in ranks if rank in self.hosts})
@@ -156,8 +164,7 @@ class _Context:
         found = []
         for (rank, peer), (op, group_id, operation) in sorted(waits.items()):
             if rank < peer and (peer, rank) in waits and waits[(peer, rank)][0] == op:
-                name, desc = self.job.groups[group_id]
-                label = name if desc in ("", "undefined") else f"{name}:{desc}"
+                label = group_label(*self.job.groups[group_id])
                 other = waits[(peer, rank)][2]
                 matching = "send" if op == "recv" else "recv"
                 found.append(Finding(
@@ -173,7 +180,7 @@ class _Context:
             found.append(f"{self.unrecorded_p2p} records no send or recv: a rank waiting in one shows as "
                          "behind in its groups")
         if self.missing:
-            found.append(f"no dump for {format_ranks(list(self.missing))} of {self.world}")
+            found.append(f"no dump for {ranks_text(list(self.missing))} of {self.world}")
         return found
 
 
@@ -257,19 +264,19 @@ class _Judge:
                             majority: list[int], seq: int) -> str:
         def issued(ranks: list[int]) -> str:
             operation = self.operation_at(ranks[0], seq)
-            return f"{format_ranks(ranks)} {operation.op} [{operation.sizes}] {operation.dtype}"
+            return f"{ranks_text(ranks)} {operation.op} [{operation.sizes}] {operation.dtype}"
 
         where = f"at #{seq} of group {self.label}"
         if not majority:
             return (f"the members disagree {where} with no majority ({'; '.join(map(issued, ranked))}): a "
                     "code path that differs by rank; the stacks show where each side issued it")
-        others = f"{format_ranks(majority)} {'issue' if len(majority) > 1 else 'issues'}"
+        others = f"{ranks_text(majority)} {'issue' if len(majority) > 1 else 'issues'}"
         if detail == classes.SKIPPED:
             whose = "its" if len(culprits) == 1 else "their"
-            return (f"{format_ranks(culprits)} skipped a collective {where}: {whose} #{seq} is the one "
+            return (f"{ranks_text(culprits)} skipped a collective {where}: {whose} #{seq} is the one "
                     f"{others} next")
         if detail == classes.EXTRA:
-            return f"{format_ranks(culprits)} issued a collective {where} that {others} not"
+            return f"{ranks_text(culprits)} issued a collective {where} that {others} not"
         return (f"different {detail} {where}: {issued(culprits)} where {issued(majority)}: a code path that "
                 "differs by rank")
 
@@ -287,8 +294,8 @@ class _Judge:
         if len(behind) > len(ahead) and not held_elsewhere:
             stopped = self.operation_at(ahead[0], self.stop)
             return Finding(classes.MISMATCH, self.label, tuple(ahead),
-                           f"{format_ranks(ahead)} issued {stopped.describe()} in group {self.label}, which "
-                           f"{format_ranks(behind)} never reached: a collective only some ranks issue",
+                           f"{ranks_text(ahead)} issued {stopped.describe()} in group {self.label}, which "
+                           f"{ranks_text(behind)} never reached: a collective only some ranks issue",
                            classes.EXTRA, self.stop)
         return self._behind(behind, ahead)
 
@@ -306,8 +313,8 @@ class _Judge:
             theirs = theirs[0]
             return Finding(classes.MISMATCH, self.label, (rank,),
                            f"rank {rank} skipped a collective in group {self.label}: its #{seq} came from "
-                           f"{mine.stack} where {format_ranks(ahead)} issued #{seq} from {theirs.stack}, and "
-                           f"{format_ranks(ahead)} went on to #{self.stop}", classes.SKIPPED, seq,
+                           f"{mine.stack} where {ranks_text(ahead)} issued #{seq} from {theirs.stack}, and "
+                           f"{ranks_text(ahead)} went on to #{self.stop}", classes.SKIPPED, seq,
                            (((rank,), mine), (tuple(ahead), theirs)))
         return None
 
@@ -323,8 +330,8 @@ class _Judge:
                 cause += f", or in a send or recv ({self.context.unrecorded_p2p} records none)"
             cause += "; look at their stacks"
         return Finding(classes.BEHIND, self.label, tuple(behind),
-                       f"{format_ranks(behind)} never entered {stopped.describe()} of group {self.label}, "
-                       f"which {format_ranks(ahead)} entered{self.context.host(behind)}: {cause}",
+                       f"{ranks_text(behind)} never entered {stopped.describe()} of group {self.label}, "
+                       f"which {ranks_text(ahead)} entered{self.context.host(behind)}: {cause}",
                        seq=self.stop, elsewhere=elsewhere)
 
     def missing(self, absent: list[int], unnamed: int) -> Finding:
@@ -332,9 +339,9 @@ class _Judge:
         at = f"; the others reached {stopped.describe()} ({stopped.status})" if stopped else ""
         if absent:
             return Finding(classes.MISSING, self.label, tuple(absent),
-                           f"{format_ranks(absent)} of group {self.label} left no dump: dead or "
+                           f"{ranks_text(absent)} of group {self.label} left no dump: dead or "
                            f"unreachable{at}", seq=self.stop)
-        who = f" ({format_ranks(list(self.context.missing))} left none)" if self.context.missing else ""
+        who = f" ({ranks_text(list(self.context.missing))} left none)" if self.context.missing else ""
         members = f"{unnamed} member{'s' if unnamed > 1 else ''}"
         return Finding(classes.MISSING, self.label, self.context.missing,
                        f"{members} of group {self.label} left no dump{who}: dead or unreachable{at}",

@@ -2,8 +2,7 @@
 a finding in detail (where it stopped, who was last doing what, the first divergence side by side),
 then the healthy groups in a line, then what the dumps could not tell."""
 
-from commbench.core.groups import format_ranks
-from commbench.diagnose.verdict import Finding, GroupReport, Operation, RankState, Verdict
+from commbench.diagnose.verdict import Finding, GroupReport, Operation, RankState, Verdict, ranks_text
 
 MAX_STATES = 6  # rank states shown per group; the rest are counted
 MAX_HEALTHY = 6  # healthy groups named; the rest are counted
@@ -30,15 +29,15 @@ def render(verdict: Verdict) -> list[str]:
 def _group(report: GroupReport) -> list[str]:
     finding = report.finding
     assert finding is not None
-    members = format_ranks(list(report.members)) if report.members else "no members known"
+    members = ranks_text(list(report.members)) if report.members else "no members known"
     inferred = "" if report.members_known else ", members inferred from the dumps"
     stopped = f": stopped at {report.stopped_at.describe()}" if report.stopped_at else ""
     lines = ["", f"group {report.label} ({members}{inferred}){stopped}"]
     if finding.sides:
         lines += _side_by_side(finding)
     shown = report.states[:MAX_STATES]
-    width = max(len(format_ranks(list(state.ranks))) for state in shown) if shown else 0
-    lines += [f"  {format_ranks(list(state.ranks)):<{width}}  {_state(state)}" for state in shown]
+    width = max(len(ranks_text(list(state.ranks))) for state in shown) if shown else 0
+    lines += [f"  {ranks_text(list(state.ranks)):<{width}}  {_state(state)}" for state in shown]
     if len(report.states) > MAX_STATES:
         lines.append(f"  ... and {len(report.states) - MAX_STATES} more states")
     return lines
@@ -57,7 +56,7 @@ def _operation(operation: Operation) -> str:
 
 
 def _side_by_side(finding: Finding) -> list[str]:
-    columns = [(format_ranks(list(ranks)), operation) for ranks, operation in finding.sides]
+    columns = [(ranks_text(list(ranks)), operation) for ranks, operation in finding.sides]
     rows = [("", [ranks for ranks, _ in columns]),
             ("op", [operation.recorded for _, operation in columns]),
             ("sizes", [operation.sizes for _, operation in columns]),

@@ -15,6 +15,8 @@ The classes of finding, and what each means:
 
 from dataclasses import asdict, dataclass, field
 
+from commbench.core.groups import format_ranks
+
 MISMATCH, MEMBERSHIP, P2P, BEHIND, MISSING, COMMUNICATION = (
     "mismatch", "membership", "p2p", "behind", "missing", "communication")
 # The order findings are told in: a cause before what it causes.
@@ -22,6 +24,30 @@ CLASS_ORDER = (MEMBERSHIP, MISMATCH, P2P, BEHIND, MISSING, COMMUNICATION)
 # What a mismatch was: the first difference found, in this order.
 DIFFERENT_COLLECTIVE, DIFFERENT_SIZE, DIFFERENT_DTYPE, SKIPPED, EXTRA = (
     "collective", "size", "dtype", "skipped", "extra")
+
+
+def group_label(name: str, desc: str) -> str:
+    """'1:mesh_dp'; the bare name without a description; 'unnamed' for a group torch did not register
+    (a process group built directly, as commbench's own control group is)."""
+    if not name:
+        return "unnamed"
+    return name if desc in ("", "undefined") else f"{name}:{desc}"
+
+
+MAX_RANKS_TEXT = 48  # characters of a rank list before it is shortened
+
+
+def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
+    """'rank 3', 'ranks 0-2, 5', or, for long lists (a data-parallel group of thousands), 'ranks 2-4094
+    every 4th' or '1023 ranks: 2, 6, 10, ..., 4094'."""
+    text = format_ranks(list(ranks))
+    if len(text) <= MAX_RANKS_TEXT:
+        return text
+    ordered = sorted(set(ranks))
+    steps = {later - earlier for earlier, later in zip(ordered, ordered[1:], strict=False)}
+    if len(steps) == 1:
+        return f"ranks {ordered[0]}-{ordered[-1]} every {steps.pop()}th"
+    return f"{len(ordered)} ranks: {', '.join(map(str, ordered[:4]))}, ..., {ordered[-1]}"
 
 
 @dataclass(frozen=True)
@@ -74,7 +100,7 @@ class GroupReport:
 
     @property
     def label(self) -> str:
-        return self.name if self.desc in ("", "undefined") else f"{self.name}:{self.desc}"
+        return group_label(self.name, self.desc)
 
 
 @dataclass
