@@ -190,3 +190,11 @@ def test_bench_spawn_prints_both_ways_side_by_side_with_their_ratios():
     exec_wall, fork_wall, wall_ratio, exec_cpu, fork_cpu, cpu_ratio = (positive(v) for v in row.groups())
     assert abs(wall_ratio - fork_wall / exec_wall) <= 0.01 + 0.01 * wall_ratio  # as printed, rounded
     assert abs(cpu_ratio - fork_cpu / exec_cpu) <= 0.01 + 0.01 * cpu_ratio
+
+
+def test_bench_diagnose_names_the_faults_and_meets_its_targets_at_a_small_scale():
+    # 16 ranks x 100 entries made from a real job's dumps: the script exits 1 when a target is missed
+    out = run_script("bench_diagnose.py", "--part", "scale", "--ranks", "16", "--entries", "100")
+    assert re.search(rf"commbench diagnose: {NUMBER} s \[PASS: at most 30 s\], peak memory {NUMBER} GiB "
+                     r"\[PASS: at most 4 GiB\]", out), out
+    assert re.search(r"named: behind 1, mismatch 10, missing 15: PASS$", out, re.MULTILINE), out
