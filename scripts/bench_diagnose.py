@@ -11,8 +11,9 @@ and what keeping the Flight Recorder on costs a commbench run.
   size, one rank's dump absent. `commbench diagnose --json` runs on them in a process of its own; its
   wall time and the peak memory of its process tree (workers included) are printed against the targets
   (issue 33: 4,096 x 2,000 in at most 30 s and 4 GiB), and whether it named the three faults.
-- overhead: `commbench --collective all_reduce` with the recorder off (TORCH_FR_BUFFER_SIZE=0) and as
-  commbench's launcher keeps it, alternating, rounds paired; the ratio on/off of the median time per size.
+- overhead: what recording costs each collective: CPU time per all_reduce on a 1-rank gloo group (no
+  network: the op's own CPU work) with the recorder off, at commbench's size and at torch's default, in
+  processes of their own, rounds alternating; and how long a dump takes, without and with stacks.
 
     python scripts/bench_diagnose.py [--part all|scenarios|scale|overhead] [--ranks 4096] [--entries 2000]
 
@@ -246,32 +247,52 @@ def scale(work: Path, ranks: int, entries: int, time_target: float, memory_targe
 
 # --- overhead ------------------------------------------------------------------------------------
 
-def p50s(path: Path) -> dict[int, float]:
-    rows = json.loads(path.read_text())["rows"]
-    return {row["size_bytes"]: row["time_us_p50"] for row in rows}
+PROBE_OPS = 3000
 
 
-def overhead(work: Path, rounds: int) -> None:
-    print("\noverhead: commbench --collective all_reduce, 2 gloo ranks, the recorder off and on")
-    settings = {"off": "0", "on": None}  # on: as commbench's launcher sets it for the ranks it spawns
-    ratios: dict[int, list[float]] = {}
+def probe(port: int) -> None:
+    """In a process of its own (the recorder's size is read once, when the first group starts): CPU time
+    per all_reduce of 1 KiB on a 1-rank gloo group, then how long a dump takes without and with stacks."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    tensor = torch.ones(256)
+    for _ in range(200):
+        dist.all_reduce(tensor)
+    start = time.process_time()
+    for _ in range(PROBE_OPS):
+        dist.all_reduce(tensor)
+    cpu_us = (time.process_time() - start) / PROBE_OPS * 1e6
+    dumps = []
+    for stacks in (False, True):
+        start = time.perf_counter()
+        torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=stacks)
+        dumps.append(time.perf_counter() - start)
+    print(json.dumps({"cpu_us": cpu_us, "dump_s": dumps[0], "dump_stacks_s": dumps[1]}))
+
+
+def overhead(rounds: int) -> None:
+    from commbench.running.spawn import FLIGHT_RECORDER_ENTRIES, free_port
+
+    print(f"\noverhead: CPU time per all_reduce (1 KiB, a 1-rank gloo group, {PROBE_OPS} ops), the recorder "
+          "off, as commbench's launcher keeps it, and at torch's default; rounds alternate")
+    sizes = {"off": 0, "commbench": FLIGHT_RECORDER_ENTRIES, "torch default": 2000}
+    found: dict[str, list[dict]] = {label: [] for label in sizes}
     for round_index in range(rounds):
-        times = {}
-        for label in (("off", "on") if round_index % 2 == 0 else ("on", "off")):
-            env = {key: value for key, value in os.environ.items() if key != "TORCH_FR_BUFFER_SIZE"}
-            if settings[label] is not None:
-                env["TORCH_FR_BUFFER_SIZE"] = settings[label]
-            path = work / "overhead" / f"{label}-{round_index}.json"
-            subprocess.run([sys.executable, "-m", "commbench", "--collective", "all_reduce", "--sizes",
-                            "1K,64K,1M", "--iters", "300", "--warmup", "30", "--quiet", "--json", str(path),
-                            "--output-dir", str(work / "overhead")], check=True, env=env, cwd=ROOT,
-                           stdin=subprocess.DEVNULL, timeout=600)
-            times[label] = p50s(path)
-        for size, off in times["off"].items():
-            ratios.setdefault(size, []).append(times["on"][size] / off)
-    for size, values in sorted(ratios.items()):
-        print(f"  {size:>8} B  p50 on/off {statistics.median(values):.3f} (rounds: "
-              f"{', '.join(f'{value:.2f}' for value in values)})")
+        order = list(sizes) if round_index % 2 == 0 else list(reversed(sizes))
+        for label in order:
+            env = {**os.environ, "TORCH_FR_BUFFER_SIZE": str(sizes[label])}
+            done = subprocess.run([sys.executable, __file__, "--probe", str(free_port())], env=env,
+                                  capture_output=True, text=True, check=True, cwd=ROOT, timeout=600)
+            found[label].append(json.loads(done.stdout.splitlines()[-1]))
+    off = statistics.median(item["cpu_us"] for item in found["off"])
+    for label, entries in sizes.items():
+        cpu = statistics.median(item["cpu_us"] for item in found[label])
+        dump = "" if not entries else (
+            f"; a dump takes {statistics.median(item['dump_s'] for item in found[label]) * 1e3:.0f} ms "
+            f"({statistics.median(item['dump_stacks_s'] for item in found[label]):.1f} s with stacks)")
+        print(f"  {label:<14} {entries:>5} entries: {cpu:5.1f} us CPU per op (+{cpu - off:.1f} us){dump}")
 
 
 def main() -> int:
@@ -282,9 +303,13 @@ def main() -> int:
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--time-target", type=float, default=30.0, help="seconds")
     parser.add_argument("--memory-target", type=float, default=4.0, help="GiB")
-    parser.add_argument("--rounds", type=int, default=4, help="overhead's paired rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="overhead's rounds")
+    parser.add_argument("--probe", type=int, metavar="PORT", help=argparse.SUPPRESS)  # overhead's process
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (new) and keep the dumps made there")
     args = parser.parse_args()
+    if args.probe:
+        probe(args.probe)
+        return 0
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_diagnose_"))
     work.mkdir(parents=True, exist_ok=bool(not args.keep))
     try:
@@ -294,7 +319,7 @@ def main() -> int:
         if args.part in ("all", "scale"):
             ok = scale(work, args.ranks, args.entries, args.time_target, args.memory_target)
         if args.part in ("all", "overhead"):
-            overhead(work, args.rounds)
+            overhead(args.rounds)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

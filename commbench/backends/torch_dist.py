@@ -134,7 +134,9 @@ class TorchDistBackend(Backend):
         if dump is None:
             return None
         try:
-            return dump()
+            # without stacks: symbolising them takes seconds, which a failed rank cannot spend before it
+            # reports (the others wait FAILURE_GRACE_S); a run's stacks are commbench's own code anyway
+            return dump(includeStackTraces=False)
         except RuntimeError:  # the recorder is off (TORCH_FR_BUFFER_SIZE=0) or cannot dump
             return None
 
