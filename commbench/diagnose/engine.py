@@ -109,7 +109,7 @@ class _Context:
         finding = finding or judge.divergence() or judge.progress()
         absent = [rank for rank in members if rank not in self.job.dumps]
         if finding is None and (absent or unnamed):
-            finding = judge.missing(absent, unnamed)
+            finding = judge.missing(absent, unnamed, self.held_in_one_group(present, group_id))
         if finding is None:
             finding = judge.stalled()
         return GroupReport(name, desc, members, known, judge.stopped_at(), judge.states(absent), finding,
@@ -148,6 +148,11 @@ class _Context:
         if other == group_id or self.tracks.done[rank][last]:
             return ""
         return group_label(*self.job.groups[other])
+
+    def held_in_one_group(self, ranks: list[int], group_id: int) -> str:
+        """The group every one of ``ranks`` is in flight in, outside ``group_id`` ('' when none is)."""
+        places = {self.elsewhere(rank, group_id) for rank in ranks}
+        return places.pop() if len(places) == 1 else ""
 
     def host(self, ranks: list[int]) -> str:
         names = sorted({self.hosts[rank] for rank in ranks if rank in self.hosts})
@@ -290,6 +295,9 @@ class _Judge:
         skipped = self._skipped_by_call_site(behind, ahead)
         if skipped is not None:
             return skipped
+        inside = [rank for rank in behind if rank in self.last and not self.done_at(rank, self.last[rank])]
+        if inside and len(inside) == len(behind):
+            return self._stuck_inside(inside, ahead)
         held_elsewhere = any(self.context.elsewhere(rank, self.group_id) for rank in behind)
         if len(behind) > len(ahead) and not held_elsewhere:
             stopped = self.operation_at(ahead[0], self.stop)
@@ -298,6 +306,21 @@ class _Judge:
                            f"{ranks_text(behind)} never reached: a collective only some ranks issue",
                            classes.EXTRA, self.stop)
         return self._behind(behind, ahead)
+
+    def done_at(self, rank: int, seq: int) -> bool:
+        position = self.at(rank, seq)
+        return position is not None and bool(self.context.tracks.done[rank][position])
+
+    def _stuck_inside(self, inside: list[int], ahead: list[int]) -> Finding:
+        """Members still in a collective the others completed and went past: what they needed of it
+        never arrived."""
+        seq = min(self.last[rank] for rank in inside)
+        stuck = self.operation_at(inside[0], seq)
+        return Finding(classes.COMMUNICATION, self.label, tuple(inside),
+                       f"{ranks_text(inside)} still in {stuck.describe()} of group {self.label}, which "
+                       f"{ranks_text(ahead)} completed and went past{self.context.host(inside)}: what they "
+                       "needed of it never arrived: the communication itself; look at the fabric between "
+                       "them (commbench fabric)", seq=seq)
 
     def _skipped_by_call_site(self, behind: list[int], ahead: list[int]) -> Finding | None:
         """A behind rank whose last collective was issued from another line than the others' collective
@@ -320,8 +343,7 @@ class _Judge:
 
     def _behind(self, behind: list[int], ahead: list[int]) -> Finding:
         stopped = self.operation_at(ahead[0], self.stop)
-        places = {self.context.elsewhere(rank, self.group_id) for rank in behind}
-        elsewhere = places.pop() if len(places) == 1 else ""
+        elsewhere = self.context.held_in_one_group(behind, self.group_id)
         if elsewhere:
             cause = f"in flight in group {elsewhere} (its finding says why)"
         else:
@@ -334,18 +356,18 @@ class _Judge:
                        f"which {ranks_text(ahead)} entered{self.context.host(behind)}: {cause}",
                        seq=self.stop, elsewhere=elsewhere)
 
-    def missing(self, absent: list[int], unnamed: int) -> Finding:
+    def missing(self, absent: list[int], unnamed: int, elsewhere: str) -> Finding:
         stopped = self.stopped_at()
         at = f"; the others reached {stopped.describe()} ({stopped.status})" if stopped else ""
         if absent:
             return Finding(classes.MISSING, self.label, tuple(absent),
                            f"{ranks_text(absent)} of group {self.label} left no dump: dead or "
-                           f"unreachable{at}", seq=self.stop)
+                           f"unreachable{at}", seq=self.stop, elsewhere=elsewhere)
         who = f" ({ranks_text(list(self.context.missing))} left none)" if self.context.missing else ""
         members = f"{unnamed} member{'s' if unnamed > 1 else ''}"
         return Finding(classes.MISSING, self.label, self.context.missing,
                        f"{members} of group {self.label} left no dump{who}: dead or unreachable{at}",
-                       seq=self.stop)
+                       seq=self.stop, elsewhere=elsewhere)
 
     def stalled(self) -> Finding | None:
         if self.stop is None or not self.present:
