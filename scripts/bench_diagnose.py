@@ -87,13 +87,14 @@ def fr_trace(directory: Path, complete: bool) -> tuple[float, str]:
 
 
 def with_pg_config(directory: Path, groups: dict[str, list[int]], world_size: int, into: Path) -> Path:
-    """A copy of the dumps whose pg_config lists every group (torch names them '0', '1', ... in creation
-    order) with its ranks, as NCCL's dumps do."""
+    """A copy of the dumps, as pickles, whose pg_config lists every group (torch names them '0', '1', ...
+    in creation order) with its ranks, as NCCL's dumps do."""
     into.mkdir(parents=True, exist_ok=True)
     listed = {"0": ("default_pg", list(range(world_size)))}
     listed |= {str(index): (name, ranks) for index, (name, ranks) in enumerate(groups.items(), start=1)}
     for path in directory.iterdir():
-        dump = pickle.loads(path.read_bytes())  # our own job's dump
+        data = path.read_bytes()  # our own job's dump; fr_trace reads pickles only
+        dump = pickle.loads(data) if data[:1] == b"\x80" else json.loads(data)
         dump["pg_config"] = {name: {"name": name, "desc": desc, "ranks": json.dumps(ranks)}
                              for name, (desc, ranks) in listed.items()}
         (into / path.name).write_bytes(pickle.dumps(dump))
@@ -102,9 +103,9 @@ def with_pg_config(directory: Path, groups: dict[str, list[int]], world_size: in
 
 def scenarios(work: Path) -> None:
     print("scenarios: the real jobs of tests/diagnose_programs.py, each rank dumping its own recorder")
-    for name, (job, ranks) in programs.JOBS.items():
+    for name, (job, ranks, form) in programs.JOBS.items():
         directory = work / "scenarios" / name
-        programs.run_job(job, ranks, directory)
+        programs.run_job(job, ranks, directory, form=form)
         dumps = len(list(directory.iterdir()))
         print(f"\n{name} ({ranks} ranks, {dumps} dumps)")
         for label, (seconds, named) in (
@@ -122,7 +123,7 @@ def template(work: Path, entries: int) -> list[dict]:
     directory = work / "template"
     steps = math.ceil(entries / 11) + 2
     programs.run_job(partial(programs.mesh_steps, steps=steps), 8, directory, dump_after_s=600,
-                     entries=entries)
+                     entries=entries, form=programs.PICKLE)
     return [pickle.loads((directory / f"{programs.DUMP_PREFIX}{rank}").read_bytes()) for rank in range(8)]
 
 

@@ -25,9 +25,16 @@ import torch.distributed as dist
 DUMP_PREFIX = "fr_rank_"
 
 
-def dump(out_dir: str, rank: int) -> None:
-    """This rank's Flight Recorder, as pickle, written whole (renamed into place)."""
-    data = torch._C._distributed_c10d._dump_fr_trace()
+# How a job's ranks write their dumps: the pickle with Python stacks (torch's default), the pickle
+# without them (symbolising stacks costs each rank a second or more), or the JSON form (never stacks).
+PICKLE, PICKLE_WITHOUT_STACKS, JSON = "pickle", "pickle without stacks", "json"
+
+
+def dump(out_dir: str, rank: int, form: str = PICKLE) -> None:
+    """This rank's Flight Recorder, in ``form``, written whole (renamed into place)."""
+    recorder = torch._C._distributed_c10d
+    data = recorder._dump_fr_trace_json() if form == JSON else \
+        recorder._dump_fr_trace(includeStackTraces=form == PICKLE)
     path = Path(out_dir, f"{DUMP_PREFIX}{rank}")
     partial = path.with_name(f".{path.name}.partial")
     partial.write_bytes(data)
@@ -35,8 +42,8 @@ def dump(out_dir: str, rank: int) -> None:
 
 
 def _rank_main(job: Callable, rank: int, world_size: int, port: int, out_dir: str,
-               timing: tuple[float, int]) -> None:
-    dump_after_s, entries = timing
+               how: tuple[float, int, str]) -> None:
+    dump_after_s, entries, form = how
     warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's new name, in torch 2.13
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)  # read when the first group starts
@@ -47,7 +54,7 @@ def _rank_main(job: Callable, rank: int, world_size: int, port: int, out_dir: st
     def dump_once() -> None:
         """Dump and end the process; a second caller waits for the first to end it."""
         if dumped.acquire(blocking=False):
-            dump(out_dir, rank)
+            dump(out_dir, rank, form)
             os._exit(0)
         dumped.acquire()  # never returns: the holder ends the process
 
@@ -61,18 +68,19 @@ def _rank_main(job: Callable, rank: int, world_size: int, port: int, out_dir: st
     dump_once()
 
 
-def run_job(job: Callable, world_size: int, out_dir: Path, dump_after_s: float = 3.0, entries: int = 2000
-            ) -> dict[int, int]:
+def run_job(job: Callable, world_size: int, out_dir: Path, dump_after_s: float = 3.0, entries: int = 2000,
+            form: str = PICKLE) -> dict[int, int]:
     """``job(rank, world_size)`` on ``world_size`` fresh processes (forked from commbench's fork server,
     which has torch imported) in one gloo world, each keeping its last ``entries`` operations (torch's
-    default 2000); their exit codes by rank (-6: gloo aborted it)."""
+    default 2000) and dumping them in ``form``; their exit codes by rank (-6: gloo aborted it)."""
     from commbench.running.spawn import forking_context, free_port
 
     out_dir.mkdir(parents=True, exist_ok=True)
     context = forking_context()
     port = free_port()
     procs = [context.Process(target=_rank_main, args=(job, rank, world_size, port, str(out_dir),
-                                                      (dump_after_s, entries))) for rank in range(world_size)]
+                                                      (dump_after_s, entries, form)))
+             for rank in range(world_size)]
     try:
         for proc in procs:
             proc.start()
@@ -228,5 +236,7 @@ def mesh_steps(rank: int, world_size: int, steps: int = MESH_STEPS) -> None:
         dist.all_gather_into_tensor(torch.empty(8), torch.ones(1))
 
 
-JOBS = {"healthy": (healthy, 2), "desyncs": (desyncs, 8), "mismatches": (mismatches, 8),
-        "stalls": (stalls, 8)}  # name -> (job, ranks)
+# name -> (job, ranks, how its ranks dump): the skipped collective is told by its call site, so the
+# desyncs job keeps its stacks; the others show the faster and the JSON forms read alike
+JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
+        "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS)}

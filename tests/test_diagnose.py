@@ -47,8 +47,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
     """Every job of diagnose_programs.JOBS, run once, with its verdict."""
     root = tmp_path_factory.mktemp("jobs")
     ran = {}
-    for name, (job, ranks) in programs.JOBS.items():
-        codes = programs.run_job(job, ranks, root / name)
+    for name, (job, ranks, form) in programs.JOBS.items():
+        codes = programs.run_job(job, ranks, root / name, form=form)
         ran[name] = Ran(root / name, codes, diagnose_files([str(root / name)]))
     return ran
 
