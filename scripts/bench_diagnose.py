@@ -278,7 +278,7 @@ def overhead(rounds: int) -> None:
 
     print(f"\noverhead: CPU time per all_reduce (1 KiB, a 1-rank gloo group, {PROBE_OPS} ops), the recorder "
           "off, as commbench's launcher keeps it, and at torch's default; rounds alternate")
-    sizes = {"off": 0, "commbench": FLIGHT_RECORDER_ENTRIES, "torch default": 2000}
+    sizes = {"off": 0, "commbench's": FLIGHT_RECORDER_ENTRIES, "torch default": 2000}
     found: dict[str, list[dict]] = {label: [] for label in sizes}
     for round_index in range(rounds):
         order = list(sizes) if round_index % 2 == 0 else list(reversed(sizes))
