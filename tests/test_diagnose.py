@@ -10,6 +10,8 @@ import os
 import pickle
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from commbench.diagnose.reading import REQUIRED_FIELDS
 from commbench.diagnose.verdict import Finding, Verdict
 from commbench.errors import UsageError
 from tests import diagnose_programs as programs
+from tests.dist_helpers import launcherless_env
 from tests.process_helpers import rank_processes, start_commbench, wait_for_rows
 
 pytestmark = pytest.mark.processes
@@ -147,6 +150,56 @@ def test_the_command_prints_the_verdict_first_and_json_for_tools(jobs, capsys):
     assert main(["diagnose", directory, "--json"]) == 1
     found = json.loads(capsys.readouterr().out)
     assert found["culprit_found"] and [item["culprits"] for item in found["findings"]] == [[2], [7], [5]]
+
+
+def test_diagnose_reads_its_dumps_without_importing_torch(jobs):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "commbench", "diagnose",
+                           str(jobs["desyncs"].directory)], capture_output=True, text=True, timeout=120,
+                          env=launcherless_env(), stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "commbench.diagnose.engine" in imported and not any(name.split(".")[0] == "torch"
+                                                                for name in imported)
+
+
+# --- what NCCL's dumps hold and gloo's do not: real dumps, edited as NCCL writes them --------------
+# (these tests run gloo on CPU: NCCL's dumps cannot be made here)
+
+def _edited(source: Path, into: Path, edit: Callable[[int, dict], None]) -> Path:
+    into.mkdir()
+    for path in source.iterdir():
+        dump = pickle.loads(path.read_bytes())  # our own job's dump
+        edit(int(path.name.rsplit("_", 1)[1]), dump)
+        (into / path.name).write_bytes(pickle.dumps(dump))
+    return into
+
+
+def test_a_rank_that_lists_other_members_for_a_group_is_named(jobs, tmp_path):
+    def listed(rank: int, dump: dict) -> None:  # NCCL's pg_config lists each group's members
+        if rank in programs.DESYNC_GROUPS["stuck"]:
+            members = [3, 5] if rank == 5 else [3, 4, 5]
+            dump["pg_config"] = {"2": {"name": "2", "desc": "stuck", "ranks": json.dumps(members)}}
+
+    verdict = diagnose_files([str(_edited(jobs["desyncs"].directory, tmp_path / "listed", listed))])
+    report = next(report for report in verdict.groups if report.desc == "stuck")
+    assert report.members_known and report.members == (3, 4, 5)
+    assert (report.finding.kind, report.finding.culprits) == (classes.MEMBERSHIP, (5,))
+
+
+def test_receives_that_wait_on_each_other_are_a_point_to_point_deadlock(jobs, tmp_path):
+    def receiving(rank: int, dump: dict) -> None:  # NCCL records a recv as 'nccl:recv 1<-2'
+        if rank in (1, 2):  # their last entry: pipe's first all_reduce; a recv on the world group after it
+            entry = dict(dump["entries"][-1])
+            entry.update(profiling_name=f"nccl:recv {rank}<-{3 - rank}", process_group=("0", "default_pg"),
+                         is_p2p=True, p2p_seq_id=1, state="scheduled", retired=False,
+                         record_id=entry["record_id"] + 1)
+            dump["entries"].append(entry)
+
+    verdict = diagnose_files([str(_edited(jobs["stalls"].directory, tmp_path / "p2p", receiving))])
+    finding = next(finding for finding in verdict.findings if finding.kind == classes.P2P)
+    assert finding.culprits == (1, 2) and finding.group == "0:default_pg"
+    assert "each recvs" in finding.reading
 
 
 # --- commbench's own runs ------------------------------------------------------------------------
