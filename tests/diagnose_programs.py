@@ -13,6 +13,7 @@ own where several share a job, so the world group stays healthy.
 
 import datetime
 import os
+import sys
 import threading
 import time
 import warnings
@@ -41,13 +42,13 @@ def dump(out_dir: str, rank: int, form: str = PICKLE) -> None:
     os.replace(partial, path)
 
 
-def _rank_main(job: Callable, rank: int, world_size: int, port: int, out_dir: str,
+def _rank_main(job: Callable, rank: int, world_size: int, store: str, out_dir: str,
                how: tuple[float, int, str]) -> None:
     dump_after_s, entries, form = how
     warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's new name, in torch 2.13
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)  # read when the first group starts
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{store}", rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=4 * dump_after_s))
     dumped = threading.Lock()
 
@@ -77,8 +78,8 @@ def run_job(job: Callable, world_size: int, out_dir: Path, dump_after_s: float =
 
     out_dir.mkdir(parents=True, exist_ok=True)
     context = forking_context()
-    port = free_port()
-    procs = [context.Process(target=_rank_main, args=(job, rank, world_size, port, str(out_dir),
+    store = f"127.0.0.1:{free_port()}"
+    procs = [context.Process(target=_rank_main, args=(job, rank, world_size, store, str(out_dir),
                                                       (dump_after_s, entries, form)))
              for rank in range(world_size)]
     try:
@@ -240,3 +241,25 @@ def mesh_steps(rank: int, world_size: int, steps: int = MESH_STEPS) -> None:
 # desyncs job keeps its stacks; the others show the faster and the JSON forms read alike
 JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS)}
+
+
+def streams(rank: int, world_size: int) -> None:
+    """All-reduces of 4 MiB, again and again; after the first three each rank prints 'streaming', so
+    the test can cut a host's link while they stream."""
+    tensor = torch.ones(2**20)
+    for count in range(10**6):
+        dist.all_reduce(tensor)
+        if count == 2:
+            print("streaming", flush=True)
+
+
+def main(argv: list[str]) -> None:
+    """One rank of ``streams``, as a test host (tests/netns.py) runs it: ``python -m
+    tests.diagnose_programs RANK WORLD_SIZE STORE_HOST:PORT OUT_DIR DUMP_AFTER_S``."""
+    rank, world_size, store, out_dir, dump_after_s = argv
+    _rank_main(streams, int(rank), int(world_size), store, out_dir,
+               (float(dump_after_s), 2000, PICKLE_WITHOUT_STACKS))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -28,7 +28,8 @@ from commbench.diagnose.reading import REQUIRED_FIELDS
 from commbench.diagnose.verdict import Finding, Verdict
 from commbench.errors import UsageError
 from tests import diagnose_programs as programs
-from tests.dist_helpers import launcherless_env
+from tests.dist_helpers import ROOT, launcherless_env
+from tests.netns import MASTER_PORT
 from tests.process_helpers import rank_processes, start_commbench, wait_for_rows
 
 pytestmark = pytest.mark.processes
@@ -161,6 +162,28 @@ def test_diagnose_reads_its_dumps_without_importing_torch(jobs):
                 if line.startswith("import time:")}
     assert "commbench.diagnose.engine" in imported and not any(name.split(".")[0] == "torch"
                                                                 for name in imported)
+
+
+def test_a_link_cut_while_every_rank_is_in_a_collective_is_the_communication(netns_cluster, tmp_path):
+    # two hosts (network namespaces) stream all-reduces; host 1's link goes down mid-stream: both ranks
+    # stay in flight, and both dump (a watchdog thread, as NCCL's on a timeout), alive and cut off
+    cluster = netns_cluster(2)
+    procs = []
+    for host in cluster.hosts:
+        env = launcherless_env({"GLOO_SOCKET_IFNAME": host.interface, "PYTHONPATH": str(ROOT)})
+        procs.append(cluster.start(host.index, [
+            sys.executable, "-m", "tests.diagnose_programs", str(host.index), "2",
+            f"{cluster.hosts[0].address}:{MASTER_PORT}", str(tmp_path), "8"], env))
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "streaming", proc.stderr.read()
+    cut = cluster.hosts[1]
+    subprocess.run(["ip", "-n", cluster.switch, "link", "set", cut.switch_port, "down"], check=True)
+    assert [proc.wait(timeout=120) for proc in procs] == [0, 0]
+    verdict = diagnose_files([str(tmp_path)])
+    assert verdict.missing == () and len(verdict.findings) == 1
+    finding = verdict.findings[0]
+    assert (finding.kind, finding.group) == (classes.COMMUNICATION, "0:default_pg")
+    assert "the communication itself" in finding.reading
 
 
 # --- what NCCL's dumps hold and gloo's do not: real dumps, edited as NCCL writes them --------------
