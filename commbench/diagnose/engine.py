@@ -11,8 +11,12 @@ completed):
    collective came from another call site than the others' at the same sequence id skipped one
    ('skipped'). Where behind members are in flight in another group, the finding says so: that group's
    own finding is the cause.
+   Behind members still in flight in their last collective, which the others completed and went past,
+   are COMMUNICATION: what they needed of it never arrived.
 3. Members with no dump make the group MISSING; every member in flight at the same collective and none
    completed is COMMUNICATION.
+Sends and receives (recorded by NCCL, not gloo) in flight on two ranks toward each other, both
+receiving or both sending, are P2P.
 
 "Completed" is the backend's word: NCCL's entry state; gloo's entries stay 'scheduled', and one is done
 when gloo retired it. A collective before a completed one on the same group completed too (both backends
@@ -53,15 +57,15 @@ def diagnose(job: Job, world_size: int | None = None, hosts: dict[int, str] | No
     reports = [context.examine(group_id) for group_id in range(len(job.groups))]
     findings = [report.finding for report in reports if report.finding is not None]
     findings += context.p2p_findings()
-    findings.sort(key=lambda item: (bool(item.elsewhere), classes.CLASS_ORDER.index(item.kind)))
-    notes = context.notes()
-    if missing and not any(missing_rank in report.members for report in reports for missing_rank in missing):
-        findings.append(Finding(classes.MISSING, job.groups[0][0] if job.groups else WORLD_GROUP, missing,
+    in_groups = {rank for report in reports for rank in report.members}
+    if any(rank not in in_groups for rank in missing):  # no group names them: the job's finding does
+        findings.append(Finding(classes.MISSING, WORLD_GROUP, missing,
                                 f"{ranks_text(list(missing))} left no dump: dead or unreachable"))
+    findings.sort(key=lambda item: (bool(item.elsewhere), classes.CLASS_ORDER.index(item.kind)))
     backends = sorted({dump.backend for dump in job.dumps.values() if dump.backend})
     versions = sorted({dump.version for dump in job.dumps.values()})
     return Verdict(job.source, "/".join(backends) or "?", "/".join(versions), tuple(job.ranks), world,
-                   missing, reports, findings, notes)
+                   missing, reports, findings, context.notes())
 
 
 def _world_size(job: Job, tracks: Tracks, asked: int | None) -> int:

@@ -31,7 +31,7 @@ Frame = tuple[str, str, int]  # (function, file, line)
 STATE_CODES = {fields.SCHEDULED: 0, fields.STARTED: 1, fields.COMPLETED: 2}
 NO_STACK = -1
 REQUIRED_FIELDS = ("process_group", "collective_seq_id", "p2p_seq_id", "profiling_name", "input_sizes",
-                   "output_sizes", "input_dtypes", "output_dtypes", "state", "retired", "time_created_ns")
+                   "output_sizes", "input_dtypes", "output_dtypes", "state", "retired")
 _PICK = itemgetter(*REQUIRED_FIELDS)
 _FRAMES = methodcaller("get", "frames", ())
 
@@ -96,7 +96,6 @@ class RankDump:
     version: str
     backend: str  # from the entries' names: 'gloo', 'nccl', ... ('' when it holds none)
     members: dict[str, tuple[int, ...]]  # pg_config's groups that list their ranks
-    status: dict[str, tuple[int, int, int]]  # pg_status: pg_id -> (enqueued, started, completed)
     groups: list[tuple[str, str]]  # (name, description)
     signatures: list[Signature]
     stacks: list[tuple[Frame, ...]]
@@ -106,7 +105,6 @@ class RankDump:
     state: np.ndarray  # int8: STATE_CODES
     retired: np.ndarray  # bool
     stack: np.ndarray  # int32, NO_STACK where none was recorded
-    created_ns: np.ndarray  # int64
 
     @property
     def entries(self) -> int:
@@ -156,26 +154,9 @@ def summarise(payload: dict, path: Path, rank: int) -> RankDump:
         raise UsageError(f"{path}: entry {columns.position}: {exc}: a corrupt Flight Recorder dump") from None
     return RankDump(rank=rank, path=path, version=version if isinstance(version, str) else "?",
                     backend=columns.backend, members=fields.recorded_members(payload.get("pg_config")),
-                    status=_status(payload.get("pg_status")), groups=columns.groups,
+                    groups=columns.groups,
                     signatures=columns.signatures, stacks=columns.stacks,
                     **columns.arrays())
-
-
-def _status(value: Any) -> dict[str, tuple[int, int, int]]:
-    """pg_status, where each group's three numbers read as integers (text in the JSON form)."""
-    found: dict[str, tuple[int, int, int]] = {}
-    if not isinstance(value, dict):
-        return found
-    for pg_id, item in value.items():
-        if not isinstance(item, dict):
-            continue
-        try:
-            numbers = tuple(fields.integer(item, f"last_{stage}_collective", -1)
-                            for stage in ("enqueued", "started", "completed"))
-        except fields.EntryError:
-            continue
-        found[str(pg_id)] = numbers  # type: ignore[assignment]
-    return found
 
 
 def _distinct(keys: list) -> tuple[dict, list[int]]:
@@ -225,10 +206,10 @@ class _Columns:
 
     def _read(self, entries: list) -> None:
         rows = list(map(_PICK, entries))
-        (groups, collective, p2p, names, inputs, outputs, input_dtypes, output_dtypes, states, retired,
-         created) = zip(*rows, strict=True) if rows else ((),) * len(REQUIRED_FIELDS)
+        (groups, collective, p2p, names, inputs, outputs, input_dtypes, output_dtypes, states,
+         retired) = zip(*rows, strict=True) if rows else ((),) * len(REQUIRED_FIELDS)
         for values, name, kind in ((collective, "collective_seq_id", int), (p2p, "p2p_seq_id", int),
-                                   (created, "time_created_ns", int), (retired, "retired", bool)):
+                                   (retired, "retired", bool)):
             if not set(map(type, values)) <= {kind}:
                 raise TypeError(name)
         first, group_codes = _distinct(_hashable(groups))
@@ -251,8 +232,7 @@ class _Columns:
                             np.array(p2p, dtype=np.int64), np.array(collective, dtype=np.int64)),
             "signature": signature,
             "state": np.array(list(map(STATE_CODES.__getitem__, states)), dtype=np.int8),
-            "retired": np.array(retired, dtype=np.bool_), "stack": stack,
-            "created_ns": np.array(created, dtype=np.int64)}
+            "retired": np.array(retired, dtype=np.bool_), "stack": stack}
 
     def _signature(self, entry: dict) -> Signature:
         raw = entry["profiling_name"]
@@ -288,7 +268,7 @@ def _problem(entry: Any) -> str | None:
             return f"{key} is missing"
     if not isinstance(entry["state"], str) or entry["state"] not in STATE_CODES:
         return f"state is not one of {', '.join(STATE_CODES)}"
-    for key in ("collective_seq_id", "p2p_seq_id", "time_created_ns"):
+    for key in ("collective_seq_id", "p2p_seq_id"):
         if type(entry[key]) is not int:
             return f"{key} is not an integer"
     if type(entry["retired"]) is not bool:
