@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from commbench.diagnose.verdict import Verdict
-from commbench.errors import UsageError
+from commbench.errors import UsageError, brief
 
 # What a failed run's RunError ends with when its ranks left their dumps (running/rank.py writes it).
 DUMPS_NAMED = re.compile(r"; Flight Recorder dumps in (.+)$")
@@ -74,6 +74,8 @@ def with_verdict(message: str) -> str:
         verdict = diagnose_files([found.group(1)])
     except UsageError as exc:
         return f"{message}; diagnose could not read them: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the run's own failure must still be said, whole
+        return f"{message}; diagnose failed on them: {brief(exc)}"
     if not verdict.findings:
         return f"{message}; diagnose: nothing found in them"
     first = verdict.findings[0]
