@@ -43,7 +43,8 @@ IN_PROCESS_CASES = [
     (["--collective", "all_reduce,,reduce"], "--collective 'all_reduce,,reduce': an empty name in the comma"),
     (["--dtype", "float32,"], "--dtype 'float32,': an empty name in the comma list"),
     (["--mode", ",async"], "--mode ',async': an empty name in the comma list"),
-    (["sweeep", "smoke"], "no such command 'sweeep' (did you mean sweep?); the commands are compare, env,"),
+    (["sweeep", "smoke"],
+     "no such command 'sweeep' (did you mean sweep?); the commands are compare, diagnose, env,"),
     (["pattern", "fsdp", "--bucket-mb", "unit,,1"], "--bucket-mb 'unit,,1': an empty name in the comma list"),
 ]
 

@@ -207,3 +207,11 @@ def test_bench_confirm_times_a_pass_and_its_confirmations_with_a_slowed_host_and
     clean = re.search(rf"^nothing slowed{row}nobody, ", out, re.MULTILINE)
     assert clean, out
     positive(clean.group(1))
+
+
+def test_bench_diagnose_names_the_faults_and_meets_its_targets_at_a_small_scale():
+    # 16 ranks x 100 entries made from a real job's dumps: the script exits 1 when a target is missed
+    out = run_script("bench_diagnose.py", "--part", "scale", "--ranks", "16", "--entries", "100")
+    assert re.search(rf"commbench diagnose: {NUMBER} s \[PASS: at most 30 s\], peak memory {NUMBER} GiB "
+                     r"\[PASS: at most 4 GiB\]", out), out
+    assert re.search(r"named: behind 1, mismatch 10, missing 15: PASS$", out, re.MULTILINE), out

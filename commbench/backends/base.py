@@ -162,6 +162,11 @@ class Backend(ABC):
         """Hand memory the allocator keeps cached back to the device (between sizes)."""
         return None
 
+    def flight_recorder_dump(self) -> bytes | None:
+        """This rank's Flight Recorder (torch's record of its last operations per process group), as torch
+        dumps it (a pickle), for `commbench diagnose` after a failure; None where there is none."""
+        return None
+
     # --- implementations (commbench.measure.impls) -------------------------------------------------
     def capabilities(self) -> Capabilities:
         """What this process's torch, NCCL and device offer the implementations, with why not."""

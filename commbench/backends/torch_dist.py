@@ -132,6 +132,17 @@ class TorchDistBackend(Backend):
             found["cuda"] = torch.version.cuda
         return found
 
+    def flight_recorder_dump(self) -> bytes | None:
+        dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)  # private: absent, one day
+        if dump is None:
+            return None
+        try:
+            # without stacks: symbolising them takes seconds, which a failed rank cannot spend before it
+            # reports (the others wait FAILURE_GRACE_S); a run's stacks are commbench's own code anyway
+            return dump(includeStackTraces=False)
+        except RuntimeError:  # the recorder is off (TORCH_FR_BUFFER_SIZE=0) or cannot dump
+            return None
+
     def free_device_memory(self) -> int | None:
         return torch.cuda.mem_get_info(self.device)[0] if self._is_cuda else None
 

@@ -2,7 +2,7 @@
 ``main``, which maps errors to exit statuses: 0 ok, 1 a failed run, 2 bad input, 128 + N on signal N.
 
 This module composes the application: it imports each feature's registration (fabric, the patterns,
-replay: running/features.py), which registers its result kinds too (how its rows show;
+replay, diagnose: running/features.py), which registers its result kinds too (how its rows show;
 results/kinds.py), and adds a command for each registered feature beside the sweep's and the tools', so
 the console, plot, report and compare find every kind without importing a feature.
 """
@@ -13,6 +13,7 @@ import time
 
 import click
 
+import commbench.diagnose.command  # noqa: F401 (registers `diagnose`)
 import commbench.fabric.command  # noqa: F401 (registers `fabric`)
 import commbench.patterns.command  # noqa: F401 (registers `pattern fsdp|tp|moe|pp|3d`)
 import commbench.replay.command  # noqa: F401 (registers `replay`)
@@ -22,6 +23,7 @@ from commbench.cli.options import TORCHRUN_OPTIONS, launcher_option_text
 from commbench.cli.run import run, sweep
 from commbench.cli.saved import compare, explain, plot, report
 from commbench.cli.tools import env_command, list_command
+from commbench.diagnose.command import with_verdict
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
 from commbench.running.features import registered_features
 from commbench.running.launcher import detect
@@ -114,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         _say_usage_error(str(exc))
         return exc.exit_code
     except RunError as exc:
-        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        # rank 0 (or the only process) reads the dumps a failed run's ranks left, and says what they show
+        message = str(exc) if _rank_behind_rank_0() else with_verdict(str(exc))
+        print(f"commbench: error: {_one_line(message)}", file=sys.stderr)
         return exc.exit_code
     except (Terminated, AlreadyReported) as exc:
         return exc.exit_code

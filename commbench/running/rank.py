@@ -14,6 +14,7 @@ need (its start-up stays well under a second).
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from commbench.provenance.describe import hardware_summary
 from commbench.results.model import Row
 from commbench.running.launcher import RankInfo
 from commbench.running.provenance import RunProvenance
-from commbench.running.recording import Recording, build_meta
+from commbench.running.recording import Recording, build_meta, make_run_id, run_directory
 from commbench.running.runner import Session, sweep_failure
 from commbench.writers.output import NullOutput, Output
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 # (commbench.patterns); the first benchmark's launch settings are the run's.
 Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
 FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
+# Where a failed run's ranks leave their Flight Recorder dumps, in the run directory (docs/diagnose.md)
+FLIGHT_RECORDER_DIR, FLIGHT_RECORDER_PREFIX = "flight-recorder", "rank_"
 
 
 def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
@@ -202,15 +205,19 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     provenance = RunProvenance(setup, os.environ)
     backend = start_backend(setup, info, environ)
     recording: Recording | None = None
+    dumps: Path | None = None
     try:
         # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
         with failures_named(lambda: f"the run's start (host names, groups) failed on rank {info.rank}"):
-            hostnames = backend.all_gather_object(host_name(environ))
+            started = backend.all_gather_object((host_name(environ), make_run_id()))
+            hostnames = [host for host, _ in started]
+            run_id = started[0][1]  # rank 0's: where every rank leaves its Flight Recorder dump on failure
+            dumps = run_directory(setup, run_id) / FLIGHT_RECORDER_DIR
             plan = split_into_groups(setup, hostnames)
             membership = join_groups(backend, plan)
             hardware = provenance.gather_hardware(backend, hostnames)
             if info.rank == 0:
-                meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
+                meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher, run_id)
                 meta.hardware = hardware
                 recording = Recording(meta, setup)
                 recording.note(hardware_summary(hardware))
@@ -224,7 +231,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     except BaseException as exc:
         if recording is not None:
             recording.close_console()
-        raise _finish_failed(exc, info, backend, recording, setup) from exc
+        raise _finish_failed(exc, info, backend, recording, setup, dumps) from exc
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows)
     below = provenance.finish(rows, recording)
@@ -241,7 +248,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
 
 
 def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recording: Recording | None,
-                   setup: LaunchConfig) -> BaseException:
+                   setup: LaunchConfig, dumps: Path | None) -> BaseException:
     """Record how the run ended (rank 0's files) and return what to raise for the exit status."""
     if isinstance(exc, Terminated | KeyboardInterrupt):
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
@@ -258,7 +265,12 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
         # Every rank finds the same problem with the same input: one message, from rank 0.
         return exc if info.rank == 0 else AlreadyReported(exc.exit_code)
     if isinstance(exc, RunError):
+        # dumped before telling the others: once rank 0 has every rank's account, their dumps are there
+        path = None if dumps is None else dumps / f"{FLIGHT_RECORDER_PREFIX}{info.rank}"
+        saved = path is not None and save_flight_recorder(backend, path)
         error = _with_peer_accounts(exc, backend, setup)
+        if saved:
+            error = f"{error}; Flight Recorder dumps in {dumps}"  # last: the command line reads it there
         if recording is not None:
             recording.finish("failed", error)
         backend.abort()  # recorded first: aborting a communicator may end the process (NCCL's watchdog)
@@ -280,3 +292,20 @@ def _with_peer_accounts(exc: RunError, backend: Backend, setup: LaunchConfig) ->
     if isinstance(exc, CheckInFailed):  # its message already says where every missing rank is
         return error
     return f"{error}; {accounts}" if accounts and accounts not in error else error
+
+
+def save_flight_recorder(backend: Backend, path: Path) -> bool:
+    """This rank's Flight Recorder dump written whole to ``path`` (renamed into place); False when the
+    backend keeps none or it cannot be written (the failure is reported either way)."""
+    data = backend.flight_recorder_dump()
+    if not data:
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(partial, path)
+    except OSError:
+        return False
+    return True

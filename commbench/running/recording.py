@@ -48,12 +48,13 @@ def config_record(benchmark: Benchmark) -> dict[str, Any]:
 
 
 def build_meta(benchmarks: list[Benchmark], backend: Backend, hostnames: list[str],
-               environ: Mapping[str, str], plan: GroupPlan, launcher: str) -> RunMeta:
+               environ: Mapping[str, str], plan: GroupPlan, launcher: str, run_id: str | None = None
+               ) -> RunMeta:
     setup = benchmarks[0].launch
     import torch
 
     return RunMeta(
-        run_id=make_run_id(),
+        run_id=run_id or make_run_id(),
         started_at=now(),
         command=["commbench", *setup.argv],
         commbench_version=__version__,
@@ -72,8 +73,12 @@ def build_meta(benchmarks: list[Benchmark], backend: Backend, hostnames: list[st
     )
 
 
+def run_directory(setup: LaunchConfig, run_id: str) -> Path:
+    return Path(setup.output_dir) / run_id
+
+
 def result_paths(setup: LaunchConfig, run_id: str) -> tuple[Path, Path]:
-    run_dir = Path(setup.output_dir) / run_id
+    run_dir = run_directory(setup, run_id)
     csv_path = Path(setup.csv_path) if setup.csv_path else run_dir / "results.csv"
     json_path = Path(setup.json_path) if setup.json_path else run_dir / "results.json"
     return csv_path, json_path
