@@ -38,13 +38,14 @@ from commbench.config.sweepfile import load_sweep
 @click.option("--op", default="sum", show_default=True,
               help=f"Reduce ops for reducing collectives, comma list of {', '.join(REDUCE_OPS)}.")
 @click.option("--warmup", type=int, default=DEFAULTS["warmup"], show_default=True,
-              help="Untimed ops per size (adaptive counts: fewer if they would take 1/5 of --time-per-size).")
+              help="Untimed ops per size (adaptive counts: at most this many, until op times stop falling, "
+                   "within 1/5 of --time-per-size).")
 @click.option("--iters", type=int, default=None,
               help="Timed ops per size and mode; turns adaptive iteration counts off [default: adaptive].")
 @click.option("--time-per-size", type=float, default=DEFAULTS["time_per_size"], show_default=True,
               help="Adaptive: seconds of timed ops per size and mode.")
 @click.option("--min-iters", type=int, default=DEFAULTS["min_iters"], show_default=True,
-              help="Adaptive: fewest timed ops per size.")
+              help="Adaptive: fewest timed ops per size (6 at least, for the 95% interval).")
 @click.option("--max-iters", type=int, default=DEFAULTS["max_iters"], show_default=True,
               help="Adaptive: most timed ops per size.")
 @click.option("--precision", type=float, default=DEFAULTS["precision"], show_default=True,
