@@ -18,8 +18,11 @@ targets:
 And what equal precision would have cost: the same interval from the same distribution narrows as
 1/sqrt(samples), so in expectation a row is as precise as the fixed one only with as many samples; the
 wall the default sweep would need for that is its own plus the missing samples at its rows' medians.
-The machine's load average is printed before and after each run. Exit status 1 when a target fails in
-any run.
+The walls move with the machine's load (the two sides run minutes apart), so beside them the script
+prints the two sides' work at one price: every op each ran at a size (probe, warm-up and timed ops),
+priced at the fixed run's median for that size, which leaves the load's drift between the runs out. The
+machine's load average is printed before and after each run. Exit status 1 when a target fails in any
+run.
 
     python scripts/bench_sweep.py [--runs 3] [--sizes 1K:256M] [--nproc 2] [--collective reduce_scatter_base]
 """
@@ -66,15 +69,31 @@ class RowPair:
             return "none"
         return "yes" if default <= fixed else "within" if default <= WITHIN * fixed else "no"
 
+    @property
+    def price(self) -> float:
+        """Seconds of one op at this size: the fixed row's median."""
+        return statistics.median(self.fixed.samples_us) * 1e-6 if self.fixed.samples_us else 0.0
+
+    @property
+    def missing(self) -> int:
+        """The samples the default row lacks to match the fixed row's count."""
+        return max(0, len(self.fixed.samples_us) - len(self.default.samples_us))
+
+    def priced_ops(self) -> tuple[float, float]:
+        """Seconds of both sides' ops (probe, warm-up and timed ops) at one price, ``price``."""
+        default, fixed = ((row.iters + row.warmup + 1) * self.price for row in (self.default, self.fixed))
+        return default, fixed
+
     def missing_seconds(self) -> float:
-        """The default side's time for the samples it lacks to match the fixed side's count."""
-        missing = max(0, len(self.fixed.samples_us) - len(self.default.samples_us))
-        return missing * statistics.median(self.default.samples_us) * 1e-6 if self.default.samples_us else 0.0
+        """The default side's time for the samples it lacks, at its own median."""
+        return self.missing * statistics.median(self.default.samples_us) * 1e-6 if self.default.samples_us \
+            else 0.0
 
 
 @dataclass(frozen=True)
 class Judgement:
     ratio: float
+    work_ratio: float  # the sides' ops at one price (RowPair.priced_ops), default over fixed
     with_interval: tuple[int, int]  # default rows, fixed rows
     verdicts: dict[str, int]  # yes / within / no / none: how many rows
     rows: int
@@ -105,7 +124,8 @@ def judge(pairs: list[RowPair], default_wall: float, fixed_wall: float) -> Judge
         verdicts[pair.verdict()] = verdicts.get(pair.verdict(), 0) + 1
     with_interval = (sum(pair.widths[0] is not None for pair in pairs),
                      sum(pair.widths[1] is not None for pair in pairs))
-    return Judgement(default_wall / fixed_wall, with_interval, verdicts, len(pairs))
+    priced = [sum(pair.priced_ops()[side] for pair in pairs) for side in (0, 1)]
+    return Judgement(default_wall / fixed_wall, priced[0] / priced[1], with_interval, verdicts, len(pairs))
 
 
 def pair_rows(default: list[Row], fixed: list[Row]) -> list[RowPair]:
@@ -173,6 +193,8 @@ def one_run(index: int, options: argparse.Namespace, folder: Path) -> Judgement:
     print(f"wall: default {default_wall:.1f} s, fixed {fixed_wall:.1f} s, ratio {verdict.ratio:.2f} "
           f"(target <= {WALL_TARGET:.2f}: {_mark(verdict.wall_passes())}); measuring alone (start-up "
           f"excluded): {measuring[0]:.1f} s, {measuring[1]:.1f} s, ratio {measuring[0] / measuring[1]:.2f}")
+    print(f"work at one price (every op at the fixed run's median for its size): ratio "
+          f"{verdict.work_ratio:.2f}")
     rows = verdict.rows
     print(f"intervals: default {verdict.with_interval[0]} of {rows} rows, fixed {verdict.with_interval[1]} "
           f"of {rows} (target: all: {_mark(verdict.intervals_pass())})")
@@ -182,8 +204,11 @@ def one_run(index: int, options: argparse.Namespace, folder: Path) -> Judgement:
           f"{counts.get('none', 0)} (target: all, {verdict.allowed_within} may be within {WITHIN}x: "
           f"{_mark(verdict.precision_passes())})")
     missing = sum(pair.missing_seconds() for pair in pairs)
+    priced = [sum(pair.priced_ops()[side] for pair in pairs) for side in (0, 1)]
+    priced_missing = sum(pair.missing * pair.price for pair in pairs)
     print(f"equal precision: the fixed side's samples in every default row would add {missing:.1f} s, a "
-          f"ratio of at least {(default_wall + missing) / fixed_wall:.2f}")
+          f"wall ratio of at least {(default_wall + missing) / fixed_wall:.2f}; at one price a work ratio "
+          f"of at least {(priced[0] + priced_missing) / priced[1]:.2f}")
     return verdict
 
 
@@ -201,8 +226,10 @@ def main() -> None:
             print()
     ratios = sorted(verdict.ratio for verdict in verdicts)
     precise = sorted(verdict.verdicts.get("yes", 0) for verdict in verdicts)
+    work = sorted(verdict.work_ratio for verdict in verdicts)
     print(f"over {len(verdicts)} runs: wall ratio {ratios[0]:.2f} to {ratios[-1]:.2f} (median "
-          f"{statistics.median(ratios):.2f}); rows at least as precise {precise[0]} to {precise[-1]} of "
+          f"{statistics.median(ratios):.2f}), work at one price {work[0]:.2f} to {work[-1]:.2f}; rows at "
+          f"least as precise {precise[0]} to {precise[-1]} of "
           f"{verdicts[0].rows}; all targets met in {sum(verdict.passes() for verdict in verdicts)} of "
           f"{len(verdicts)} runs")
     sys.exit(0 if all(verdict.passes() for verdict in verdicts) else 1)

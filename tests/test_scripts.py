@@ -105,7 +105,9 @@ def test_bench_sweep_gives_every_row_an_interval_and_judges_its_targets_by_its_o
     assert precision, out
     assert [int(value) for value in precision.groups()[:4]] == [counts[key] for key in counts]
     assert (precision.group(5) == "PASS") == (counts["yes"] == 3)
-    assert re.search(rf"equal precision: .* would add {NUMBER} s, a ratio of at least {NUMBER}", out), out
+    assert re.search(rf"work at one price \(.*\): ratio {NUMBER}$", out, re.MULTILINE), out
+    assert re.search(rf"equal precision: .* would add {NUMBER} s, a wall ratio of at least {NUMBER}; at one "
+                     rf"price a work ratio of at least {NUMBER}$", out, re.MULTILINE), out
     # the exit status is the verdict: 1 when a target failed
     assert done.returncode == (1 if "FAIL" in out else 0), (done.returncode, out)
 
