@@ -24,7 +24,12 @@ priced at the fixed run's median for that size, which leaves the load's drift be
 machine's load average is printed before and after each run. Exit status 1 when a target fails in any
 run.
 
+`--odds` prints instead, without running anything, how likely a row of n samples is to be at least as
+precise as (and within 1.2x of) a row of 20 when both draw from one distribution (log-normal, 20%
+spread; 2,000 pairs each): what the precision target asks of a sampler, whatever it does.
+
     python scripts/bench_sweep.py [--runs 3] [--sizes 1K:256M] [--nproc 2] [--collective reduce_scatter_base]
+    python scripts/bench_sweep.py --odds
 """
 
 import argparse
@@ -212,13 +217,34 @@ def one_run(index: int, options: argparse.Namespace, folder: Path) -> Judgement:
     return verdict
 
 
+def odds(pairs: int = 2000, spread: float = 0.2, seed: int = 1) -> list[str]:
+    """Per sample count, how often its interval is no wider than (within 1.2x of) a 20-sample one's."""
+    import numpy as np
+
+    generator = np.random.default_rng(seed)
+    lines = [f"{'samples':>8}{'as precise':>12}{'within 1.2x':>13}{'median width ratio':>20}"]
+    for count in (6, 9, 12, 20, 30, 40, 60):
+        ratios = []
+        for _ in range(pairs):
+            default = ci95_rel(np.exp(generator.normal(0.0, spread, count)).tolist())
+            fixed = ci95_rel(np.exp(generator.normal(0.0, spread, 20)).tolist())
+            ratios.append(default / fixed)
+        lines.append(f"{count:>8}{sum(r <= 1 for r in ratios) / pairs:>12.2f}"
+                     f"{sum(r <= WITHIN for r in ratios) / pairs:>13.2f}{statistics.median(ratios):>20.2f}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collective", default="reduce_scatter_base")
     parser.add_argument("--sizes", default="1K:256M")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--odds", action="store_true", help="print the precision target's odds and stop")
     options = parser.parse_args()
+    if options.odds:
+        print("\n".join(odds()))
+        return
     verdicts = []
     with tempfile.TemporaryDirectory() as scratch:
         for index in range(options.runs):

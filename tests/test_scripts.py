@@ -112,6 +112,18 @@ def test_bench_sweep_gives_every_row_an_interval_and_judges_its_targets_by_its_o
     assert done.returncode == (1 if "FAIL" in out else 0), (done.returncode, out)
 
 
+def test_bench_sweep_odds_grow_with_samples_and_are_even_at_equal_counts():
+    out = run_script("bench_sweep.py", "--odds")
+    rows = re.findall(rf"^\s+(\d+)\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})$", out, re.MULTILINE)
+    assert [int(count) for count, *_ in rows] == [6, 9, 12, 20, 30, 40, 60]
+    precise = [float(value) for _, value, _, _ in rows]
+    within = [float(value) for _, _, value, _ in rows]
+    assert precise == sorted(precise) and within == sorted(within)
+    assert all(a <= b for a, b in zip(precise, within, strict=True))
+    assert 0.4 <= precise[3] <= 0.6  # 20 samples against 20: a coin toss
+    assert precise[0] < 0.2 and float(rows[0][3]) > 1.5  # 6 against 20: about twice as wide
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU (COMMBENCH_TEST_CUDA=1) the check runs in "
                     "full (minutes)")
 def test_gpu_check_is_valid_bash_and_on_cpu_runs_its_cpu_parts_and_skips_the_rest(tmp_path):
