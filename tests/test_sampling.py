@@ -31,8 +31,9 @@ def test_every_adaptive_row_gets_the_samples_a_95_percent_interval_needs():
     assert _policy(min_iters=30).fewest() == 30
     assert _policy(max_iters=4).fewest() == 4  # an explicit --max-iters below 6 wins
     # out of time after one sample, imprecise: the sixth still comes, however long ops take
-    assert next_batch([2.0], taken=1, most=1000, elapsed=2.0, ops_per_sample=1, policy=_policy()) == 5
-    assert next_batch([2.0] * 6, taken=6, most=1000, elapsed=12.0, ops_per_sample=1, policy=_policy()) == 0
+    assert next_batch([2.0], taken=1, most=1000, ops_per_sample=1, policy=_policy()) == 5
+    six = [2 * value for value in _spread(6, 0.5)]  # 12 s, ten times too wide
+    assert next_batch(six, taken=6, most=1000, ops_per_sample=1, policy=_policy()) == 0
 
 
 def _spread(count: int, relative: float) -> list[float]:
@@ -45,28 +46,28 @@ def _spread(count: int, relative: float) -> list[float]:
 def test_sampling_stops_once_the_median_is_known_to_the_precision_asked_for():
     policy = _policy(precision=0.05)
     precise = [1e-4] * 12
-    assert next_batch(precise, taken=12, most=1000, elapsed=0.0, ops_per_sample=1, policy=policy) == 0
+    assert next_batch(precise, taken=12, most=1000, ops_per_sample=1, policy=policy) == 0
     wide = [value * 1e-4 for value in _spread(12, 0.2)]
-    assert next_batch(wide, taken=12, most=1000, elapsed=0.0, ops_per_sample=1, policy=policy) == 12
+    assert next_batch(wide, taken=12, most=1000, ops_per_sample=1, policy=policy) == 12
 
 
 def test_a_batch_asks_for_what_the_width_says_is_missing_within_the_time_left():
-    policy = _policy(time_per_size=0.5, precision=0.05)
-    wide = _spread(41, 0.5)  # ten times too wide: wants a hundred times the samples; at most doubles
+    policy = _policy(time_per_size=0.505, precision=0.05)
+    wide = _spread(41, 0.3)  # six times too wide: wants 36 times the samples; at most doubles
     assert statistics.median(wide) == 1.0
-    assert next_batch([value * 1e-4 for value in wide], 41, 1000, 0.0, 1, policy) == 41
-    # ops of 10 ms with 0.44 s spent: time for 6 more
-    assert next_batch([value * 1e-2 for value in wide], 41, 1000, 0.44, 1, policy) == 6
-    assert next_batch([value * 1e-2 for value in wide], 41, 1000, 0.5, 1, policy) == 0  # the time is spent
-    assert next_batch([value * 1e-4 for value in wide], 41, 50, 0.0, 1, policy) == 9  # --max-iters
+    assert next_batch([value * 1e-4 for value in wide], 41, 1000, 1, policy) == 41
+    # 41 ops of 10 ms (median and mean) took 0.41 s: time for 9.5 more
+    assert next_batch([value * 1e-2 for value in wide], 41, 1000, 1, policy) == 9
+    assert next_batch([value * 1.25e-2 for value in wide], 41, 1000, 1, policy) == 0  # the time is spent
+    assert next_batch([value * 1e-4 for value in wide], 41, 50, 1, policy) == 9  # --max-iters
     # async windows of 10 ops of 1 ms: a sample costs ten ops' time
-    assert next_batch([value * 1e-3 for value in wide], 41, 1000, 0.44, 10, policy) == 6
+    assert next_batch([value * 1e-3 for value in wide], 41, 1000, 10, policy) == 9
     nearly = [1e-4 * value for value in _spread(401, 0.06)]  # 1.2x too wide: 1.44 times the samples
     assert ci95_rel(nearly) == pytest.approx(0.06)
     wanted = math.ceil(401 * (ci95_rel(nearly) / 0.05) ** 2) - 401
-    assert 101 < wanted < 200 and next_batch(nearly, 401, 10_000, 0.0, 1, policy) == wanted
+    assert 101 < wanted < 200 and next_batch(nearly, 401, 10_000, 1, policy) == wanted
     # barely too wide: a quarter of what was taken, not a trickle of batches
-    assert next_batch([1e-4 * value for value in _spread(401, 0.0505)], 401, 10_000, 0.0, 1, policy) == 101
+    assert next_batch([1e-4 * value for value in _spread(401, 0.0505)], 401, 10_000, 1, policy) == 101
 
 
 def test_a_slow_size_takes_no_samples_from_another():
@@ -74,7 +75,7 @@ def test_a_slow_size_takes_no_samples_from_another():
     # (a single slow probe at 1 KiB once capped every larger size at --min-iters, issue 35).
     policy = _policy()
     fast = [value * 1e-4 for value in _spread(6, 0.5)]
-    assert next_batch(fast, 6, 1000, 0.001, 1, policy) == 6  # whatever ran before at other sizes
+    assert next_batch(fast, 6, 1000, 1, policy) == 6  # whatever ran before at other sizes
 
 
 def test_warm_up_runs_until_the_time_stops_falling_or_its_share_is_spent():

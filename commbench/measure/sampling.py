@@ -7,10 +7,10 @@ Adaptive (the default) spends each size's time where precision is still missing:
   the latest op's time: small ops warm up until steady, a 0.6 s op gets no warm-up beyond its probe.
 - Sampling then runs in batches. Every row gets at least ``SamplingPolicy.fewest()`` samples (6, the
   fewest from which the median's distribution-free 95% interval exists, or --min-iters if more), so
-  every row has an interval whatever its size costs. Then, batch by batch (each as large as all before
-  it, and no larger than the time left allows at the median time so far), until the interval's
-  half-width is within --precision of the median, --time-per-size seconds of sampling are spent, or
-  --max-iters ops have run.
+  every row has an interval whatever its size costs. Then, batch by batch (each what the interval's
+  width says is missing, at most as large as all before it, and no larger than the time left allows at
+  the median time so far), until the interval's half-width is within --precision of the median, the
+  timed ops (the slowest rank's seconds) have taken --time-per-size, or --max-iters ops have run.
 - Each size is judged on its own samples and its own time: a slow size takes no samples from another.
 
 Every decision is rank 0's, on the slowest rank's times, broadcast: all ranks run the same ops. A fixed
@@ -176,7 +176,6 @@ def _collect_adaptive(op: BoundOp, split: "Split", policy: SamplingPolicy, per_o
     most = max(policy.max_iters // ops_per_sample, policy.fewest())
     ops_per_sample, batch = backend.broadcast_object((ops_per_sample, policy.fewest()) if backend.rank == 0
                                                      else None)
-    started = time.perf_counter()  # rank 0's clock is the one that decides
     series: list[np.ndarray | None] = [None, None, None]  # seconds, arrivals, host seconds
     taken = 0
     while batch > 0:
@@ -188,8 +187,8 @@ def _collect_adaptive(op: BoundOp, split: "Split", policy: SamplingPolicy, per_o
                                                                     strict=True)]
         taken += batch
         batch = backend.broadcast_object(
-            next_batch(slowest_rank_per_iteration(series[0]), taken, most, time.perf_counter() - started,
-                       ops_per_sample, policy) if backend.rank == 0 else None)
+            next_batch(slowest_rank_per_iteration(series[0]), taken, most, ops_per_sample, policy)
+            if backend.rank == 0 else None)
     seconds, arrivals, host = ([] if values is None else values for values in series)
     return Sampled(seconds, taken * ops_per_sample, arrivals, host)
 
@@ -202,14 +201,15 @@ def window_ops(policy: SamplingPolicy, per_op_seconds: float, largest: int) -> i
     return min(max(1, math.ceil(min(affordable, policy.max_iters) / ASYNC_WINDOWS)), largest)
 
 
-def next_batch(samples: list[float], taken: int, most: int, elapsed: float, ops_per_sample: int,
-               policy: SamplingPolicy) -> int:
+def next_batch(samples: list[float], taken: int, most: int, ops_per_sample: int, policy: SamplingPolicy
+               ) -> int:
     """The next batch of samples, 0 to stop: fewer than ``policy.fewest()`` samples are never enough;
     after them, stop once the median's interval is within --precision, ``most`` samples are taken, or
-    ``elapsed`` seconds of sampling leave no time in --time-per-size for one more sample at the median
-    time so far. A batch is what the interval's width says is missing (it narrows as 1 / sqrt(samples):
-    r / p times too wide wants (r / p)^2 times the samples), at least a quarter of what was taken and at
-    most as much again, within those limits."""
+    the timed ops so far (``samples``, the slowest rank's seconds per op, ``ops_per_sample`` ops each)
+    leave no time in --time-per-size for one more sample at their median. A batch is what the interval's
+    width says is missing (it narrows as 1 / sqrt(samples): r / p times too wide wants (r / p)^2 times
+    the samples), at least a quarter of what was taken and at most as much again, within those limits.
+    """
     if taken < policy.fewest():
         return policy.fewest() - taken
     if taken >= most:
@@ -219,7 +219,8 @@ def next_batch(samples: list[float], taken: int, most: int, elapsed: float, ops_
         return 0
     missing = taken if relative is None else math.ceil(taken * (relative / policy.precision) ** 2) - taken
     per_sample = statistics.median(samples) * ops_per_sample
-    fitting = most if per_sample <= 0 else int((policy.time_per_size - elapsed) / per_sample)
+    spent = sum(samples) * ops_per_sample
+    fitting = most if per_sample <= 0 else int((policy.time_per_size - spent) / per_sample)
     return max(0, min(taken, max(missing, math.ceil(taken / 4)), fitting, most - taken))
 
 
