@@ -69,14 +69,16 @@ class RunConfig:
         0.5, help="The factor of --op premul_sum (NCCL only).")
     warmup: int = option(
         5, minimum=0,
-        help="Untimed ops per size (adaptive counts: fewer if they would take 1/5 of --time-per-size).")
+        help="Untimed ops per size (adaptive counts: at most this many, until op times stop falling, "
+             "within 1/5 of --time-per-size).")
     iters: int | None = option(  # None: adaptive (see measure/sampling.py)
         None, minimum=1,
         help="Timed ops per size and mode; turns adaptive iteration counts off [default: adaptive].")
     time_per_size: float = option(
         0.5, above=0, bounds="must be above 0 seconds",
         help="Adaptive: seconds of timed ops per size and mode.")
-    min_iters: int = option(5, minimum=1, help="Adaptive: fewest timed ops per size.")
+    min_iters: int = option(5, minimum=1,
+                            help="Adaptive: fewest timed ops per size (6 at least, for the 95% interval).")
     max_iters: int = option(1000, minimum=1, help="Adaptive: most timed ops per size.")
     precision: float = option(
         0.05, above=0, below=1, bounds="must be a fraction between 0 and 1, e.g. 0.05",

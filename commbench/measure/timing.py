@@ -81,14 +81,6 @@ def warm_up(op: BoundOp, count: int) -> None:
     op.backend.complete(op.args)
 
 
-def warm_up_count(requested: int, seconds_per_op: float, budget_s: float | None) -> int:
-    """Warm-up ops: ``requested`` (--warmup), fewer when they would take longer than ``budget_s`` at
-    ``seconds_per_op`` (the slowest rank's probe op, which was itself a warm-up); None: no time limit."""
-    if budget_s is None or seconds_per_op <= 0:
-        return requested
-    return min(requested, int(budget_s / seconds_per_op))
-
-
 @dataclass
 class TimedRegion:
     """One rank's timed region: seconds per sample, when it arrived at each sample's first op (in

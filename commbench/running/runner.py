@@ -12,8 +12,8 @@ collective, and a stop asked for by a signal on any rank is agreed on by all, be
 Outside every timed region, and in this order for each size: every rank allocates its buffers and the
 ranks agree that all of them could; per mode, one probe op is issued and completed and the ranks agree
 that it ran everywhere (an op or dtype the backend rejects becomes a row with an ``error``, and the sweep
-goes on); warm-up (--warmup ops; with adaptive counts no more than fit WARMUP_SHARE of --time-per-size
-at the probe's time, the probe being the first); the timed iterations, with --check a checked op after
+goes on); warm-up (--warmup ops; with adaptive counts until the op's time is steady, see
+measure/sampling.py); the timed iterations, with --check a checked op after
 them (and after every --check-every timed ops), its buffers refilled before and zeroed after. Between
 sizes the allocator's cache goes back to the device.
 """
@@ -35,8 +35,8 @@ from commbench.measure.check import SizeChecker
 from commbench.measure.collectives import Buffers, Layout
 from commbench.measure.impls import REFERENCE_IMPL
 from commbench.measure.planning import PlannedSize, TablePlan, plan_tables
-from commbench.measure.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
-from commbench.measure.timing import BoundOp, graph_replay_op, warm_up, warm_up_count
+from commbench.measure.sampling import Interlude, Sampled, SamplingPolicy, collect, warm_up_for
+from commbench.measure.timing import BoundOp, graph_replay_op
 from commbench.measure.values import CheckValues
 from commbench.provenance.verdicts import RowContext
 from commbench.results.model import Row, describe_row
@@ -56,8 +56,6 @@ from commbench.running.implementations import (
 )
 from commbench.running.soak import repeat_until
 from commbench.writers.output import Output
-
-WARMUP_SHARE = 0.2  # adaptive counts: warm-up ops stop once they would take this share of --time-per-size
 
 
 def _no_stop() -> int:
@@ -85,7 +83,7 @@ def sampling_policy(config: RunConfig) -> SamplingPolicy:
     return SamplingPolicy(fixed_iters=config.iters, time_per_size=config.time_per_size,
                           min_iters=config.min_iters, max_iters=config.max_iters,
                           precision=config.precision, barrier_per_iter=config.barrier == "per-iter",
-                          cuda_graph_replays=config.cuda_graph)
+                          cuda_graph_replays=config.cuda_graph, warmup=config.warmup)
 
 
 def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output, session: Session) -> list[Row]:
@@ -123,13 +121,12 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     for text in notes:
         output.note(text)
     output.plan(sum(table.step_count() for table in tables))
-    policy = sampling_policy(config)
     all_rows: list[Row] = []
     impls = ImplRun(backend, session.membership)
     compared: list[Row] = []  # the rows of one collective, dtype, op and placement over implementations
     try:
         for table in tables:
-            table_rows = _run_table(config, backend, table, session, impls, policy, output)
+            table_rows = _run_table(config, backend, table, session, impls, output)
             if compared and _comparable(compared[0]) != _comparable(table_rows[0] if table_rows else None):
                 _implementations_done(compared, output)
                 compared = []
@@ -146,16 +143,15 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
 
 
 def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: Session, impls: ImplRun,
-               policy: SamplingPolicy, output: Output) -> list[Row]:
+               output: Output) -> list[Row]:
     """One table's rows, each reported as it is measured, then the table."""
-    budgets = {mode: IterationBudget(policy) for mode in table.modes}
     impl = impls.table(table)
     table_rows: list[Row] = []
     for size in table.sizes:
         point = SizePoint(config, backend, table, size, session.membership, session.row_context,
                           session.memory, impl)
         _check_in(point, point.label(), session.stop_requested)
-        for row in measure_size(point, budgets, output):
+        for row in measure_size(point, output):
             output.row(row)
             if row.wrong:
                 output.note(f"{describe_row(row)}: {plural(row.wrong, 'wrong element')}, first at "
@@ -244,7 +240,8 @@ class SizePoint:
                 f"on rank {self.backend.rank}")
 
     def row(self, mode: str, sampled: Sampled | None, layout: Layout, checker: SizeChecker | None = None,
-            error: str = "", facts: ImplFacts | None = None) -> Row:
+            error: str = "", facts: ImplFacts | None = None, warmup: int | None = None) -> Row:
+        """The row of one mode; ``warmup``: the warm-up ops run (None: not timed, --warmup)."""
         table, size, plan, backend = self.table, self.size, self.membership.plan, self.backend
         collective = table.collective
         impl = row_fields(self.impl, facts) if self.impl is not None else {}
@@ -255,7 +252,8 @@ class SizePoint:
             members=[list(ranks) for ranks in plan.members],
             collective=collective.name, backend=backend.name, device=backend.device.type,
             world_size=backend.world_size, dtype=table.dtype, mode=mode, op=table.op, size_bytes=size.used,
-            requested_bytes=size.requested, count_per_rank=size.count_per_rank, warmup=self.config.warmup,
+            requested_bytes=size.requested, count_per_rank=size.count_per_rank,
+            warmup=self.config.warmup if warmup is None else warmup,
             busbw_factor=collective.busbw_factor(plan.size), group_size=plan.size, group_layout=plan.layout,
             group_count=plan.count, placement=self.placement,
             wrong=None if checker is None else checker.wrong,
@@ -287,7 +285,7 @@ def _probe(op: BoundOp, mode: str) -> float:
     return time.perf_counter() - started
 
 
-def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: Output) -> list[Row]:
+def measure_size(point: SizePoint, output: Output) -> list[Row]:
     """One row per mode for one size; the buffers are this call's locals, released when it returns."""
     backend, table = point.backend, point.table
     refused = _refusal(point)
@@ -301,7 +299,7 @@ def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: 
         return [point.row(mode, None, point.layout(), error=f"set-up failed: {error}",
                           facts=ImplFacts(UNAVAILABLE)) for mode in table.modes]
     try:
-        return _measure_buffers(point, budgets, output, scope)
+        return _measure_buffers(point, output, scope)
     finally:
         if scope is not None:
             attempt(scope.release)
@@ -321,8 +319,7 @@ def _refusal(point: SizePoint) -> str | None:
     return size_refusal(point.impl, table, point.size, point.membership.plan.size)
 
 
-def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], output: Output,
-                     scope: Any) -> list[Row]:
+def _measure_buffers(point: SizePoint, output: Output, scope: Any) -> list[Row]:
     backend, table = point.backend, point.table
     layout = point.layout(None if scope is None else scope.allocate)
     # All ranks agree before the first collective: a rank that cannot allocate (out of memory), or
@@ -358,7 +355,7 @@ def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], outp
                 continue
             if point.config.profile_kernels and not facts.profiled:  # once per size, on every rank
                 _profile(point, op, facts)
-            rows.append(_measure_mode(point, op, (layout, buffers), mode, budgets[mode], slowest, facts))
+            rows.append(_measure_mode(point, op, (layout, buffers), mode, slowest, facts))
     return rows
 
 
@@ -370,14 +367,13 @@ def _profile(point: SizePoint, op: BoundOp, facts: ImplFacts) -> None:
 
 
 def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], mode: str,
-                  budget: IterationBudget, probe_seconds: float, facts: ImplFacts | None = None) -> Row:
+                  probe_seconds: float, facts: ImplFacts | None = None) -> Row:
     """Warm-up, the timed ops (with --check, checked ops between and after them) and the row."""
-    config = point.config
+    config, policy = point.config, sampling_policy(point.config)
     layout, buffers = built
     checker = interlude = None
     op.args.async_op = mode == "async"
-    share = None if config.iters is not None else WARMUP_SHARE * config.time_per_size
-    warm_up(op, warm_up_count(config.warmup, probe_seconds, share))
+    warmed, per_op_seconds = warm_up_for(op, policy, probe_seconds)
     if config.check:
         values = CheckValues(layout.dtype, point.table.op, layout.world_size, point.backend.device,
                              config.premul_factor)
@@ -386,7 +382,7 @@ def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], 
         checker = SizeChecker(checked_op, mode, point.table.collective, layout, buffers, values)
         interlude = Interlude(config.check_every or 1 << 62, checker.run)
         op.args.async_op = mode == "async"
-    sampled = collect(op, mode, budget, point.size.used, interlude, point.size.window)
+    sampled = collect(op, mode, policy, per_op_seconds, interlude, point.size.window)
     if interlude is not None:
         interlude.finish()  # the checked op after timing
-    return point.row(mode, sampled, layout, checker=checker, facts=facts)
+    return point.row(mode, sampled, layout, checker=checker, facts=facts, warmup=warmed)
