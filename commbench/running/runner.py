@@ -126,7 +126,7 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     output.plan(sum(table.step_count() for table in tables))
     policy = sampling_policy(config)
     all_rows: list[Row] = []
-    impls = ImplRun(backend, session.membership)
+    impls = ImplRun(backend, session.membership, session.hostnames)
     compared: list[Row] = []  # the rows of one collective, dtype, op and placement over implementations
     try:
         for table in tables:
