@@ -52,6 +52,7 @@ class ImplTable:
     init_bytes: int | None = None
     expected_fallback: str | None = None
     hosts: int = 1  # the most hosts one group spans
+    failure: str | None = None  # why it failed where it ran (its set's own rank processes): error rows
 
     @property
     def name(self) -> str:
@@ -101,6 +102,7 @@ class ImplRun:
                          default=1) if hostnames else 1
         self._capabilities: Any = None
         self._refusals: dict[tuple, str | None] = {}
+        self._failures: dict[tuple, str] = {}
         self._started: dict[str, Started] = {}
 
     def capabilities(self) -> Any:
@@ -111,6 +113,8 @@ class ImplRun:
     def table(self, table: TablePlan) -> ImplTable:
         """The implementation of ``table``, probed and set up (or refused, with the reason)."""
         impl = REGISTRY[table.impl]
+        if (failure := self._failures.get(self._key(table))) is not None:
+            return ImplTable(impl, failure=failure, hosts=self.hosts)
         setting = self.setting(table)
         refusal = self.refusal(table)
         if refusal is not None:
@@ -132,7 +136,7 @@ class ImplRun:
     def refusal(self, table: TablePlan) -> str | None:
         """Why ``table``'s implementation cannot run here, the same on every rank (before any set-up);
         asked once per table (it exchanges when the implementation needs something of the process)."""
-        key = (table.impl, table.collective.name, table.dtype, table.op, table.placement)
+        key = self._key(table)
         if key not in self._refusals:
             impl = REGISTRY[table.impl]
             refusal = impl.refusal(self.setting(table))
@@ -140,6 +144,18 @@ class ImplRun:
                 refusal = agreed_reason(self.backend, refusal)
             self._refusals[key] = refusal
         return self._refusals[key]
+
+    def refuse(self, table: TablePlan, reason: str) -> None:
+        """``table`` cannot run here after all (said on every rank alike)."""
+        self._refusals[self._key(table)] = reason
+
+    def fail(self, table: TablePlan, reason: str) -> None:
+        """``table`` failed where it ran (its set's rank processes; said on every rank alike)."""
+        self._failures[self._key(table)] = reason
+
+    @staticmethod
+    def _key(table: TablePlan) -> tuple:
+        return (table.impl, table.collective.name, table.dtype, table.op, table.placement)
 
     def _start(self, impl: Implementation) -> Started:
         if impl.name in self._started:
