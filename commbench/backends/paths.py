@@ -16,6 +16,7 @@ undoes a size's registration and drops its pool, ``PathState.close`` the communi
 these are, and the versions they came in: docs/implementations.md.
 """
 
+import contextlib
 import itertools
 import os
 from collections.abc import Callable
@@ -99,7 +100,8 @@ def start_path(spec: PathSpec, group: Any, members: list[list[int]], device: tor
         except Exception as exc:  # noqa: BLE001 - said on every rank below, then raised
             error = brief(exc)
         if (error := agree_on(error)) is not None:
-            state.close()  # a communicator made before the failing step is not left behind
+            with contextlib.suppress(Exception):  # the reason to raise is the step's, not the closing's
+                state.close()  # a communicator made before the failing step is not left behind
             raise RuntimeError(error)
     return state
 
