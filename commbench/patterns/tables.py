@@ -12,8 +12,7 @@ from rich.table import Table
 
 from commbench.core.words import plural
 from commbench.measure.stats import summarize
-from commbench.patterns.parallel import PATTERNS
-from commbench.patterns.parallel_tables import parallel_tables
+from commbench.patterns.config import FSDP
 from commbench.results.model import Row
 
 FLUSH_LABEL = "(end of backward)"
@@ -33,13 +32,9 @@ def _pooled_p50(rows: list[Row]) -> float | None:
     return summarize(samples).p50 if samples else None
 
 
-def pattern_tables(rows: list[Row]) -> list:
-    """Renderables for one pattern run's rows: FSDP's tables and a closing line naming the best bucketing,
-    or the activation patterns' tables (replay rows have a summary of their own)."""
-    activation = [row for row in rows if row.pattern in PATTERNS]
-    if activation:
-        return parallel_tables(activation)
-    rows = [row for row in rows if row.pattern == "fsdp"]
+def fsdp_tables(rows: list[Row]) -> list:
+    """Renderables for one FSDP run's rows: its tables and a closing line naming the best bucketing."""
+    rows = [row for row in rows if row.pattern == FSDP]
     if not rows:
         return []
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))

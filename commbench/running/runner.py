@@ -100,8 +100,7 @@ def sampling_policy(config: RunConfig) -> SamplingPolicy:
                           cuda_graph_replays=config.cuda_graph)
 
 
-def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
-                   session: Session | None = None) -> list[Row]:
+def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output, session: Session) -> list[Row]:
     """A run: its benchmarks (one, or a sweep file's list) in order, in one process group; with
     --duration or --repeat, again and again (a soak), then what the passes show. First, once, what the
     backend cannot run here is found and left out (availability.py)."""
