@@ -5,13 +5,14 @@ its rank and size from the process group whatever launched the ranks, its commun
 timeout with NCCL's watchdog margin, and out of place no all_reduce is issued while an earlier one still
 writes the output it copies into."""
 
+import os
 import sys
 from datetime import timedelta
 
 import pytest
 import torch
 
-from commbench.backends.paths import own_timeout
+from commbench.backends.paths import own_timeout, torchcomms_place
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config.sweep import resolve, run_config
 from commbench.coordination.startup import WATCHDOG_MARGIN_S
@@ -23,12 +24,12 @@ pytestmark = pytest.mark.processes
 STUB = str(ROOT / "tests" / "torchcomms_stub")
 
 
-def _sweep(backend: TorchDistBackend, placement: str, modes: list[str]) -> list:
+def _sweep(backend: TorchDistBackend, placement: str, modes: list[str], fails: bool = False) -> list:
     config = resolve(run_config(collectives=["all_reduce"], sizes=[4096], iters=6, warmup=1, check=True,
                                 impls=["torchcomms"], backend="gloo", device="cpu", placements=[placement],
                                 modes=modes))
     rows = run_sweep(config, backend, NullOutput())
-    assert sweep_failure(rows) is None, [row.error for row in rows]
+    assert fails or sweep_failure(rows) is None, [row.error for row in rows]
     return rows
 
 
@@ -41,6 +42,9 @@ def _torchcomms_sweeps(rank: int, world_size: int) -> dict:
     from commbench.core.paths import PathSpec
 
     backend = TorchDistBackend("gloo", torch.device("cpu"), Started(None, None, Waiter(30.0)))  # --timeout 30
+    # no launcher variable torchcomms knows is set here (as under srun, flux, PMIx or MVAPICH)
+    unplaced = _sweep(backend, "out-of-place", ["sync"], fails=True)[0].error
+    torchcomms_place(os.environ, rank, world_size)  # as every rank does once its process group is up
     statuses = [row.impl_status for row in _sweep(backend, "out-of-place", ["sync", "async"])]
     out_of_place = list(torchcomms.IN_FLIGHT)
     torchcomms.IN_FLIGHT.clear()
@@ -49,15 +53,18 @@ def _torchcomms_sweeps(rank: int, world_size: int) -> dict:
     state = PathState(PathSpec(communicator="torchcomms"), None, torch.device("cuda", 0), None)
     COMMUNICATOR_KINDS["torchcomms"].start(state, [[0, 1]], 30.0)
     return {"statuses": statuses, "created": torchcomms.CREATED, "out of place": out_of_place,
-            "in place": list(torchcomms.IN_FLIGHT)}
+            "in place": list(torchcomms.IN_FLIGHT), "unplaced": unplaced}
 
 
 def test_torchcomms_sweeps_each_get_their_own_communicator_place_and_timeout():
     first, second = run_ranks(_torchcomms_sweeps, 2)
+    assert first["unplaced"].startswith("set-up failed: ") and "Unable to determine rank and size" in \
+        first["unplaced"]
     assert set(first["statuses"]) == {"ran"}
     for rank, found in enumerate((first, second)):
         created = found["created"]
-        assert [made["name"] for made in created] == ["commbench-0", "commbench-1", "commbench-2"]
+        # the start that could not find its place was the first, commbench-0
+        assert [made["name"] for made in created] == ["commbench-1", "commbench-2", "commbench-3"]
         assert {(made["rank"], made["size"]) for made in created} == {(rank, 2)}  # from the process group
         assert [(made["backend"], made["timeout"]) for made in created] == [
             ("gloo", timedelta(seconds=30)), ("gloo", timedelta(seconds=30)),

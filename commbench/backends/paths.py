@@ -18,8 +18,7 @@ these are, and the versions they came in: docs/implementations.md.
 
 import contextlib
 import itertools
-import os
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from datetime import timedelta
 from typing import Any
 
@@ -387,14 +386,21 @@ class CtaPolicyCommunicator(RunCommunicator):
 TORCHCOMM_VARIABLES = ("TORCHCOMM_RANK", "TORCHCOMM_SIZE")  # what torchcomms reads its place from first
 
 
+def torchcomms_place(environ: MutableMapping[str, str], rank: int, world_size: int) -> None:
+    """Set in ``environ`` (the rank's, by running/rank.py) where torchcomms finds its rank and size: it
+    reads these, then only torchrun's, Open MPI's, MPICH's and PALS' variables (TorchCommUtils.cpp,
+    query_ranksize), so under srun, flux, PMIx or MVAPICH it could not start otherwise."""
+    environ.update(zip(TORCHCOMM_VARIABLES, (str(rank), str(world_size)), strict=True))
+
+
 class TorchcommsCommunicator(RunCommunicator):
     """torchcomms: a communicator of its own (torchcomms.new_comm) over the run's rendezvous store, on
     NCCL with CUDA or gloo on CPU; the ops keep the run's group for nothing but its name.
 
     Every start makes a new one (a sweep file's benchmarks, --repeat's passes): its name and its keys in
     the store are the start's own, so it never reads an earlier communicator's unique id. torchcomms
-    finds its rank and size in variables of its own, then in a few launchers' (torchrun, Open MPI,
-    MPICH, PALS): they are set from the process group first, whatever started the ranks."""
+    finds its rank and size in variables of its own, which each rank sets from the process group
+    (``torchcomms_place``), whatever started the ranks."""
 
     def __init__(self) -> None:
         self.starts = itertools.count()  # every rank starts the same communicators in the same order
@@ -410,8 +416,6 @@ class TorchcommsCommunicator(RunCommunicator):
         from torch.distributed import distributed_c10d as c10d
 
         name, prefix = torchcomms_identity(next(self.starts))
-        os.environ.update(zip(TORCHCOMM_VARIABLES, (str(dist.get_rank()), str(dist.get_world_size())),
-                              strict=True))
         backend = "nccl" if state.device.type == "cuda" else "gloo"
         store = dist.PrefixStore(prefix, c10d._get_default_store())
         state.comm = torchcomms.new_comm(backend, state.device, name, store=store,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.backends.base import Backend
+from commbench.backends.paths import torchcomms_place
 from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.coordination import BOARD_ENV, CheckInFailed
 from commbench.core import devices
@@ -201,6 +202,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     # NCCL reads its debug variables once, when the backend starts it: they are set before.
     provenance = RunProvenance(setup, os.environ)
     backend = start_backend(setup, info, environ)
+    torchcomms_place(os.environ, backend.rank, backend.world_size)  # --impl torchcomms, whoever launched us
     recording: Recording | None = None
     try:
         # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
