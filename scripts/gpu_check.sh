@@ -18,8 +18,9 @@
 #   latency         small all_reduces: device time with the launch hidden, host-observed, and graphed
 #   torchrun        one rank under torchrun
 #   fsdp            the FSDP pattern with --check --overlap
-#   impl            every implementation (--impl all) at one rank with --check and --profile-kernels: what
-#                   runs, what it ran (kernel names, NCCL's log), and each refusal's reason
+#   impl            every implementation (--impl all) on every GPU (up to 8) with --check, --profile-kernels
+#                   and --nccl-debug: every row printed and kept in impl-rows.tsv (what ran, its kernels,
+#                   each refusal's reason); none may fail or hold wrong values
 #   cuda-tests      the test suite's CUDA-only tests (from a checkout), CUDA kept visible
 # Writes every JSON and log to OUTDIR; exits 1 when any step failed. Without CUDA the CUDA steps print
 # "skip" and the script still runs what the CPU can check.
@@ -218,31 +219,36 @@ fsdp() {
 }
 
 impl_step() {
-    # one GPU: whatever runs at one rank (two-shot out of place, multicast and NVSHMEM need more ranks or
-    # hardware: their rows say why); no row may hold wrong values or fail
-    local status=0
-    commbench --backend nccl --nproc 1 --collective all_reduce,all_gather_base,reduce_scatter_base,all_to_all_single \
+    # every implementation on every visible GPU (up to 8): what runs, what it ran (kernel names, NCCL's
+    # log), each refusal's reason; the symm-* and nvshmem-a2av sets run in rank processes of their own.
+    # Every row is printed and kept (impl-rows.tsv); no row may hold wrong values or fail
+    local status=0 nproc
+    nproc=$("$PY" -c "import torch; print(max(1, min(8, torch.cuda.device_count())))")
+    commbench --backend nccl --nproc "$nproc" \
+        --collective all_reduce,all_gather_base,reduce_scatter_base,all_to_all_single,all_to_allv \
         --dtype float32,bfloat16 --placement both --sizes 4K,1M --impl all --check --profile-kernels \
         --nccl-debug --iters 5 --warmup 1 --json "$OUT/impl.json" || status=$?
-    "$PY" - "$OUT/impl.json" "$status" <<'EOF'
+    "$PY" - "$OUT/impl.json" "$status" "$OUT/impl-rows.tsv" <<'EOF'
 import json, sys
-from collections import defaultdict
 rows = json.load(open(sys.argv[1]))["rows"]
-by_impl = defaultdict(list)
+fields = ["impl", "collective", "dtype", "placement", "size_bytes", "mode", "impl_status", "time_us_p50",
+          "impl_init_ms", "impl_register_ms", "error", "impl_note", "kernels"]
+with open(sys.argv[3], "w") as table:
+    table.write("\t".join(fields) + "\n")
+    for row in rows:
+        table.write("\t".join("" if row.get(field) is None else str(row[field]) for field in fields) + "\n")
 for row in rows:
-    by_impl[row["impl"]].append(row)
-for impl, mine in by_impl.items():
-    ran = [row for row in mine if row["time_us_p50"] is not None]
-    statuses = sorted({row["impl_status"] for row in mine})
-    print(f"{impl}: {len(ran)} of {len(mine)} rows measured; status {statuses}; init {mine[0]['impl_init_ms']} ms")
-    for reason in sorted({row["error"] for row in mine if row["error"]}):
-        print(f"    refused: {reason}")
-    for note in sorted({row["impl_note"] for row in ran if row["impl_note"]})[:3]:
-        print(f"    path: {note}")
-    for kernels in sorted({row["kernels"] for row in ran if row["kernels"]})[:2]:
-        print(f"    kernels: {kernels[:160]}")
+    p50 = "-" if row["time_us_p50"] is None else f"{row['time_us_p50']:.1f} us"
+    said = row["error"] or row["impl_note"] or ""
+    print(f"{row['impl']:<15} {row['collective']:<20} {row['dtype']:<9} {row['placement']:<13} "
+          f"{row['size_bytes']:>8} {row['mode']:<5} {row['impl_status'] or '-':<11} {p50:>10}  {said[:110]}")
+    if row["kernels"]:
+        print(f"{'':<15} kernels: {row['kernels'][:140]}")
 failed = [row for row in rows if row["error"] and row["impl_status"] != "unavailable"]
 wrong = [row for row in rows if row["wrong"]]
+print(f"{len(rows)} rows: {sum(row['time_us_p50'] is not None for row in rows)} measured, "
+      f"{sum(row['impl_status'] == 'unavailable' for row in rows)} unavailable, {len(failed)} failed, "
+      f"{len(wrong)} wrong")
 assert not wrong, f"{len(wrong)} rows with wrong values, first: {wrong[0]['impl']} {wrong[0]['collective']}"
 assert not failed, f"{len(failed)} rows failed, first: {failed[0]['impl']} {failed[0]['error']}"
 assert int(sys.argv[2]) == 0, f"exit status {sys.argv[2]}"
@@ -269,7 +275,7 @@ if [ "$CUDA" = 1 ]; then
     run_step latency 60 latency
     run_step torchrun 45 torchrun_one
     run_step fsdp 60 fsdp
-    run_step impl 150 impl_step
+    run_step impl 300 impl_step
     run_step cuda-tests 150 cuda_tests
 else
     skip correctness "every collective x dtype x op with --check on NCCL"
@@ -278,7 +284,7 @@ else
     skip latency "device time with the launch hidden against host-observed and graphed"
     skip torchrun "one NCCL rank under torchrun"
     skip fsdp "the FSDP pattern on NCCL with --check --overlap"
-    skip impl "every implementation at one rank: what runs, its kernels, each refusal's reason"
+    skip impl "every implementation on every GPU: every row, its kernels, each refusal's reason"
     skip cuda-tests "the suite's CUDA-only tests, with COMMBENCH_TEST_CUDA=1"
     skip "devices-env (CUDA part)" "one visible device, PMI under srun, derived local rank, shared device"
     skip "memory-window (CUDA part)" "allocator growth of an async window, empty_cache, cudaMemGetInfo"

@@ -2,6 +2,7 @@
 operations (apart from the measured communicator) and the process group's lifetime."""
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -173,11 +174,13 @@ class Backend(ABC):
         why = f"{type(self).__name__} is not torch.distributed"
         return Capabilities.none(self.name, self.device.type, why)
 
-    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]]) -> "PathState":
+    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]],
+                   agree_on: Callable[[str | None], str | None]) -> "PathState":
         """Set up what ``spec`` asks for over ``group`` (None: the world; ``members``: every group's
         ranks, as communicators are made by every rank): its communicator kind, then its memory kind (a
-        pool, windows, a heap), which then allocates, registers and releases each size's buffers. Raises
-        with the reason when this process cannot."""
+        pool, windows, a heap), which then allocates, registers and releases each size's buffers. The
+        ranks agree after each step (``agree_on``: this rank's failure or None -> the first any rank
+        had); raises with that reason on every rank when one could not."""
         raise NotImplementedError(f"{type(self).__name__} runs torch.distributed's own calls only")
 
     def kernel_names(self, run: Any) -> list[str]:

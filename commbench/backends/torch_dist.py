@@ -16,7 +16,7 @@ import torch.distributed as dist
 from commbench.backends import paths
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.backends.capabilities import probe_capabilities
-from commbench.backends.paths import PathState, start_path
+from commbench.backends.paths import Agree, PathState, start_path
 from commbench.backends.profiling import kernel_names
 from commbench.coordination import (
     ControlGroup,
@@ -154,8 +154,9 @@ class TorchDistBackend(Backend):
     def capabilities(self) -> Capabilities:
         return probe_capabilities(self.name, self.device)
 
-    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]]) -> PathState:
-        return start_path(spec, group, members, self.device, self.all_gather_floats, self._waiter.timeout_s)
+    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]], agree_on: Agree) -> PathState:
+        return start_path(spec, group, members, self.device, self.all_gather_floats, self._waiter.timeout_s,
+                          agree_on)
 
     def kernel_names(self, run: Any) -> list[str]:
         return kernel_names(run, self.device)
@@ -179,6 +180,8 @@ class TorchDistBackend(Backend):
         paths.all_to_all_vdev(args)
 
     def torchcomms_op(self, args: CollectiveArgs, collective: str) -> None:
+        if collective == "all_reduce":
+            self._copy_out_of_place(args)
         work = paths.torchcomms_call(args, collective)
         self._issued(args, work if self._is_cuda else HostBlocking(work))
 
@@ -255,11 +258,16 @@ class TorchDistBackend(Backend):
         return dist.get_world_size(group)
 
     # --- collectives --------------------------------------------------------------------------
-    def all_reduce(self, args: CollectiveArgs) -> None:
+    def _copy_out_of_place(self, args: CollectiveArgs) -> None:
+        """Out of place, an all-reduce that works in place (torch's, torchcomms') copies the input into the
+        output first; ops still in flight write that output, so the copy waits for them."""
         if args.input is not None and args.input is not args.output:
-            if args.wait_list:  # ops still in flight write the output: the copy waits for them
+            if args.wait_list:
                 self.wait(args)
-            args.output.copy_(args.input)  # out of place: torch's all_reduce itself works in place
+            args.output.copy_(args.input)
+
+    def all_reduce(self, args: CollectiveArgs) -> None:
+        self._copy_out_of_place(args)
         self._issued(args, dist.all_reduce(args.output, self._op(args), args.process_group, True))
 
     def reduce_scatter(self, args: CollectiveArgs) -> None:

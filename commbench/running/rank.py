@@ -20,16 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.backends.base import Backend
+from commbench.backends.paths import torchcomms_place
 from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.coordination import BOARD_ENV, CheckInFailed
 from commbench.core import devices
 from commbench.core.devices import MemoryBudget
-from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
+from commbench.core.groups import GroupPlan, split_by_hosts, split_world, world_plan
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
 from commbench.provenance.describe import hardware_summary
 from commbench.results.model import Row
 from commbench.running.launcher import RankInfo
 from commbench.running.provenance import RunProvenance
+from commbench.running.rank_sets import RankSets, join_groups
 from commbench.running.recording import Recording, build_meta, make_run_id, run_directory
 from commbench.running.runner import Session, sweep_failure
 from commbench.writers.output import NullOutput, Output
@@ -157,17 +159,6 @@ def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
     return world_plan(len(hostnames))
 
 
-def join_groups(backend: Backend, plan: GroupPlan) -> Membership:
-    process_group = None
-    if not plan.is_world:
-        try:
-            process_group = backend.new_groups([list(ranks) for ranks in plan.members])
-        except Exception as exc:
-            raise RunError(f"rank {backend.rank} could not create the {plan.describe()}: "
-                           f"{brief(exc)}") from exc
-    return Membership(plan, process_group, plan.group_rank(backend.rank))
-
-
 class StopRequests:
     """SIGINT/SIGTERM on a rank: the first asks the work to stop at its next boundary (the sweep: the
     next size, where every rank agrees, so none is left waiting in a collective); a second stops this
@@ -195,6 +186,16 @@ class StopRequests:
         return self.signum
 
 
+def rank_sets(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str], backend: Backend
+              ) -> RankSets | None:
+    """What starts rank processes of their own for an implementation set: they meet at this run's store,
+    so there is none without one (MPI starting its own ranks)."""
+    rendezvous = rendezvous_of(info, environ)
+    if not rendezvous.master_addr:
+        return None
+    return RankSets(rendezvous, setup.backend or "gloo", backend.device, setup.timeout_s)
+
+
 def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, str], work: Work) -> int:
     for benchmark in benchmarks:
         benchmark.check_world(info.world_size)
@@ -204,6 +205,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     # NCCL reads its debug variables once, when the backend starts it: they are set before.
     provenance = RunProvenance(setup, os.environ)
     backend = start_backend(setup, info, environ)
+    torchcomms_place(os.environ, backend.rank, backend.world_size)  # --impl torchcomms, whoever launched us
     recording: Recording | None = None
     dumps: Path | None = None
     try:
@@ -224,7 +226,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
             members = [list(ranks) for ranks in plan.members]
             context = provenance.start_rows(backend, hostnames, members, recording)
             session = Session(membership, stops.requested, context, memory_budget(backend, hostnames),
-                              hostnames=tuple(hostnames))
+                              hostnames=tuple(hostnames), rank_sets=rank_sets(setup, info, environ, backend))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True

@@ -9,6 +9,11 @@ root and peer are those of its group (n = the group size). Before each size ever
 (Backend.check_in): a rank that does not arrive is named at the deadline instead of hanging a
 collective, and a stop asked for by a signal on any rank is agreed on by all, between sizes.
 
+Implementations that need torch's symmetric memory on another backend than this process's
+(measure.impls.process_sets) are measured first, set by set, by rank processes of their own
+(rank_sets.py, through ``Session.rank_sets``); their rows are then reported in their tables' places, so
+the tables and their side-by-side comparisons come out in the same order either way.
+
 Outside every timed region, and in this order for each size: every rank allocates its buffers and the
 ranks agree that all of them could; per mode, one probe op is issued and completed and the ranks agree
 that it ran everywhere (an op or dtype the backend rejects becomes a row with an ``error``, and the sweep
@@ -20,8 +25,8 @@ sizes the allocator's cache goes back to the device.
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.config.sweep import RunConfig
@@ -33,7 +38,7 @@ from commbench.core.words import plural
 from commbench.errors import Terminated, UsageError, failures_named
 from commbench.measure.check import SizeChecker
 from commbench.measure.collectives import Buffers, Layout
-from commbench.measure.impls import REFERENCE_IMPL
+from commbench.measure.impls import REFERENCE_IMPL, REGISTRY, process_sets
 from commbench.measure.planning import PlannedSize, TablePlan, plan_tables
 from commbench.measure.sampling import Interlude, Sampled, SamplingPolicy, collect, warm_up_for
 from commbench.measure.timing import BoundOp, graph_replay_op
@@ -62,6 +67,11 @@ def _no_stop() -> int:
     return 0
 
 
+class SetRunner(Protocol):
+    def run(self, config: RunConfig, session: "Session") -> list[Row]:
+        """``config``'s rows, measured by rank processes of their own (raises with why they could not)."""
+
+
 @dataclass(frozen=True)
 class Session:
     """What launch sets up once for a rank besides the backend: the sub-communicator it measures in,
@@ -73,6 +83,8 @@ class Session:
     row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
     memory: MemoryBudget | None = None  # what a rank may fill when --max-memory does not say
     hostnames: tuple[str, ...] = ()  # by rank (fabric groups ranks by host)
+    # starts rank processes of their own for an implementation set (rank_sets.RankSets); None: cannot
+    rank_sets: "SetRunner | None" = None
 
     @classmethod
     def world(cls, backend: Backend) -> "Session":
@@ -122,11 +134,14 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
         output.note(text)
     output.plan(sum(table.step_count() for table in tables))
     all_rows: list[Row] = []
-    impls = ImplRun(backend, session.membership)
+    impls = ImplRun(backend, session.membership, session.hostnames)
     compared: list[Row] = []  # the rows of one collective, dtype, op and placement over implementations
     try:
+        elsewhere = _measure_elsewhere(config, tables, impls, session, output)
         for table in tables:
-            table_rows = _run_table(config, backend, table, session, impls, output)
+            measured = elsewhere.get(_table_key(table))
+            table_rows = _report_table(measured, output) if measured is not None else \
+                _run_table(config, backend, table, session, impls, output)
             if compared and _comparable(compared[0]) != _comparable(table_rows[0] if table_rows else None):
                 _implementations_done(compared, output)
                 compared = []
@@ -142,6 +157,72 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     return all_rows
 
 
+def _table_key(table: TablePlan) -> tuple:
+    placement = table.placement or table.collective.default_placement
+    return (table.collective.name, table.dtype, table.op, placement, table.impl)
+
+
+def _row_key(row: Row) -> tuple:
+    return (row.collective, row.dtype, row.op, row.placement, row.impl)
+
+
+def _measure_elsewhere(config: RunConfig, tables: list[TablePlan], impls: ImplRun, session: Session,
+                       output: Output) -> dict[tuple, list[Row]]:
+    """The tables whose implementations need torch's symmetric memory on another backend than this
+    process's (process_sets), measured first by rank processes of their own, set by set: their rows by
+    table. A set every table of which is refused starts nothing, and a set whose processes failed leaves
+    its tables failed (``impls`` says so): those make their rows here, as any refused table does."""
+    found: dict[tuple, list[Row]] = {}
+    for names in process_sets(config.impls)[1:]:
+        runnable = [table for table in tables if table.impl in names and table.sizes
+                    and impls.refusal(table) is None]
+        if not runnable:
+            continue
+        listed = ", ".join(names)
+        if session.rank_sets is None:
+            for table in runnable:
+                impls.refuse(table, NO_RANK_SETS)
+            continue
+        output.note(f"{listed}: measured first, in rank processes of their own (torch's "
+                    f"{REGISTRY[names[0]].path.symmetric_backend} symmetric memory cannot share a process "
+                    "with the others')")
+        rows, error = attempt(lambda: session.rank_sets.run(replace(config, impls=names), session))  # noqa: B023
+        error = _set_failure(impls.backend, error)
+        for table in runnable:
+            if error is not None:
+                impls.fail(table, f"the rank processes of {listed} failed: {error}")
+            else:
+                found[_table_key(table)] = [row for row in rows if _row_key(row) == _table_key(table)]
+    return found
+
+
+ENDED = "its rank process ended"  # a set's process that died before it reported
+
+
+def _set_failure(backend: Backend, error: str | None) -> str | None:
+    """Every rank's account of its set's process, the same on every rank: a process that ended without
+    a word first (the others' errors are mostly that peer's absence), then the lowest rank's."""
+    accounts = [(rank, text) for rank, text in enumerate(backend.all_gather_object(error)) if text]
+    if not accounts:
+        return None
+    accounts.sort(key=lambda account: (ENDED not in account[1], account[0]))
+    first = f"rank {accounts[0][0]}: {accounts[0][1]}"
+    return first + (f" (and {plural(len(accounts) - 1, 'other rank')})" if len(accounts) > 1 else "")
+
+
+# Where no rank process can be started for a set (MPI started the ranks, and there is no store)
+NO_RANK_SETS = ("needs rank processes of its own (torch holds one symmetric-memory backend per process), "
+                "which this launch cannot start without a rendezvous store: run it in a run of its own")
+
+
+def _report_table(rows: list[Row], output: Output) -> list[Row]:
+    """A table its set's own rank processes measured, reported in its place."""
+    for row in rows:
+        _report(row, output)
+    output.table_done(rows)
+    return rows
+
+
 def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: Session, impls: ImplRun,
                output: Output) -> list[Row]:
     """One table's rows, each reported as it is measured, then the table."""
@@ -152,14 +233,17 @@ def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: S
                           session.memory, impl)
         _check_in(point, point.label(), session.stop_requested)
         for row in measure_size(point, output):
-            output.row(row)
-            if row.wrong:
-                output.note(f"{describe_row(row)}: {plural(row.wrong, 'wrong element')}, first at "
-                            f"{row.first_wrong}")
+            _report(row, output)
             table_rows.append(row)
         backend.free_cached_memory()  # the size's buffers are gone: nothing cached for the next
     output.table_done(table_rows)
     return table_rows
+
+
+def _report(row: Row, output: Output) -> None:
+    output.row(row)
+    if row.wrong:
+        output.note(f"{describe_row(row)}: {plural(row.wrong, 'wrong element')}, first at {row.first_wrong}")
 
 
 def _comparable(row: Row | None) -> tuple | None:
@@ -288,6 +372,8 @@ def _probe(op: BoundOp, mode: str) -> float:
 def measure_size(point: SizePoint, output: Output) -> list[Row]:
     """One row per mode for one size; the buffers are this call's locals, released when it returns."""
     backend, table = point.backend, point.table
+    if point.impl is not None and point.impl.failure is not None:  # its own rank processes failed
+        return [point.row(mode, None, point.layout(), error=point.impl.failure) for mode in table.modes]
     refused = _refusal(point)
     if refused is not None:
         return [point.row(mode, None, point.layout(), error=refused, facts=ImplFacts(UNAVAILABLE))
