@@ -138,6 +138,9 @@ class Recording:
     def implementations_done(self, rows: list[Row]) -> None:
         self.reporter.implementations_done(rows)
 
+    def passes_done(self, rows: list[Row]) -> None:
+        self.reporter.passes_done(rows)
+
     def section(self, name: str, payload: dict) -> None:
         self.writer.set_section(name, payload)
 
