@@ -91,11 +91,11 @@ def narrowed_widths(table: TextTable, width: int) -> list[int | None]:
     """Per column, the width that makes the table fit ``width`` columns, or None to leave it as is: the
     columns whose headings are wider than their cells narrow first, the most to gain first, to their
     longest cell or heading word (the heading wraps at its spaces), until the table fits."""
-    cells = [[len(cells[index]) for cells in table.rows if index < len(cells)] for index in
-             range(len(table.columns))]
-    natural = [max([*found, len(column)], default=1) for found, column in zip(cells, table.columns, strict=True)]
-    narrowest = [max([*found, *(len(word) for word in column.split())], default=1)
-                 for found, column in zip(cells, table.columns, strict=True)]
+    cells = [[len(cells[index]) for cells in table.rows if index < len(cells)]
+             for index in range(len(table.columns))]
+    headings = list(zip(cells, table.columns, strict=True))
+    natural = [max([*found, len(column)], default=1) for found, column in headings]
+    narrowest = [max([*found, *map(len, column.split())], default=1) for found, column in headings]
     total = sum(natural) + 3 * len(natural) + 1  # a rule and a space either side of each column
     chosen: list[int | None] = [None] * len(natural)
     for index in sorted(range(len(natural)), key=lambda index: narrowest[index] - natural[index]):
@@ -340,6 +340,9 @@ def pass_label(row: Row, config: dict[str, Any]) -> str:
 KEY_LINE = "key: µs per op, the slowest rank's · ±95%: the p50's 95% interval · GB/s: 10^9 bytes/s"
 
 
+SUMMARY_KEY = "p50: the median of the passes' p50s · spread: how far they differ (about their CV)"
+
+
 def summary_table(summaries: list[PassSummary]) -> TextTable:
     """One table's measurements across a soak's passes: per size (and mode) the median of the passes'
     p50s, their spread, the fastest and slowest pass and the median busbw."""
@@ -352,8 +355,7 @@ def summary_table(summaries: list[PassSummary]) -> TextTable:
               _time(summary.slowest_us), _bandwidth(summary.busbw_gbps)] for summary in summaries]
     passes = max(summary.passes for summary in summaries)
     return TextTable(f"{group_title(summaries[0].first)} · across {plural(passes, 'pass')}", columns, cells,
-                     footer=["p50: the median of the passes' p50s · spread: how far they differ (about their CV) "
-                             "· fastest, slowest: the extremes"])
+                     footer=[SUMMARY_KEY])
 
 
 class ReporterBase:
