@@ -8,6 +8,7 @@ interrupted) so a reader of results.json always knows.
 
 import platform
 import shlex
+import signal
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, fields
@@ -77,6 +78,16 @@ def result_paths(setup: LaunchConfig, run_id: str) -> tuple[Path, Path]:
     csv_path = Path(setup.csv_path) if setup.csv_path else run_dir / "results.csv"
     json_path = Path(setup.json_path) if setup.json_path else run_dir / "results.json"
     return csv_path, json_path
+
+
+def launcher_status_note(launcher: str, signal_name: str) -> str:
+    """What the exit status after a signal will be where the launcher, not commbench, decides it: torchrun
+    exits 1 when a signal stops it, whatever its ranks return."""
+    if launcher != "torchrun":
+        return ""
+    status = 128 + signal.Signals[signal_name].value
+    return (f" (the ranks exit {status}; torchrun's own status after a signal is 1 by its rule: "
+            "results.json's meta.status says interrupted)")
 
 
 class Recording:
@@ -165,6 +176,7 @@ class Recording:
         if self.table_rows:
             self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
         kept = plural(len(self.writer.rows), "row")
-        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept")
+        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept"
+                           + launcher_status_note(self.writer.meta.launcher, signal_name))
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()

@@ -306,14 +306,15 @@ def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int
 
 def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: float) -> str | None:
     """One line naming the rank the others waited for, when it means something: in at least half of the
-    table's sync rows (async skews say nothing, docs/measurement.md) the first rank waited for the last
+    table's sync rows, two at least (async skews say nothing, docs/measurement.md), the first rank waited
+    for the last
     more than ``threshold_percent`` of the p50 time (and SKEW_FLOOR_US), and one rank was that last in
     three quarters of those rows or more. Scattered skews on a busy host name nobody."""
     sync = [row for row in rows if row.mode != "async"]
     over = [(percent, row) for row in sync
             if (percent := skew_percent(row)) is not None and percent > threshold_percent
             and (row.skew_us_max or 0.0) >= SKEW_FLOOR_US and row.slowest_rank is not None]
-    if len(over) < min(2, len(sync)) or 2 * len(over) < len(sync):
+    if len(sync) < 2 or len(over) < 2 or 2 * len(over) < len(sync):  # one row shows no pattern
         return None
     counts: dict[int, int] = {}
     for _, row in over:
