@@ -208,8 +208,9 @@ def _interval(row: Row) -> str:
 
 
 # Label columns shown only when the table's rows differ in them: each stacks its values as rows of
-# their own under the size (sync above async), so several modes never double the table's width.
-VARYING_LABELS = [RowColumn("mode", lambda row: row.mode)]
+# their own under the size (sync above async; a soak's passes, 1-based, when one table holds them all,
+# as the report's does), so several modes never double the table's width.
+VARYING_LABELS = [RowColumn("pass", lambda row: str(row.repeat + 1)), RowColumn("mode", lambda row: row.mode)]
 SIZE_LABELS = [RowColumn("size", lambda row: format_size(row.size_bytes)),
                RowColumn("elems per rank", lambda row: str(row.count_per_rank))]
 SPREAD_TIMES = [RowColumn("p50 µs", lambda row: _time(row.time_us_p50)), RowColumn("±95%", _interval),
@@ -344,7 +345,7 @@ KEY_LINE = "key: µs per op, the slowest rank's · ±95%: the p50's 95% interval
 SUMMARY_KEY = "p50: the median of the passes' p50s · spread: how far they differ (about their CV)"
 
 
-def summary_table(summaries: list[PassSummary]) -> TextTable:
+def passes_table(summaries: list[PassSummary]) -> TextTable:
     """One table's measurements across a soak's passes: per size (and mode) the median of the passes'
     p50s, their spread, the fastest and slowest pass and the median busbw."""
     modes = len({summary.first.mode for summary in summaries}) > 1
@@ -473,7 +474,7 @@ class ConsoleReporter(ReporterBase):
             if kind_named(summary.first.pattern) is None:  # a feature's rows conclude in its own way
                 tables.setdefault(summary.table_key, []).append(summary)
         for index, summaries in enumerate(tables.values()):
-            table = summary_table(summaries)
+            table = passes_table(summaries)
             print_table(self.console, replace(table, footer=table.footer if index == 0 else []))
 
     def files(self, paths: Iterable[str]) -> None:
