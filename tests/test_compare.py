@@ -217,7 +217,17 @@ def test_bad_files_are_one_line_and_exit_2(two_runs, tmp_path, capsys, content, 
 
 def test_one_file_is_not_a_comparison(two_runs, capsys):
     assert main(["compare", str(two_runs[0].json)]) == 2
-    assert "compare needs at least two results files" in capsys.readouterr().err
+    assert "compare needs two different results files" in capsys.readouterr().err
+
+
+def test_one_run_named_twice_is_not_a_comparison(two_runs, capsys, tmp_path):
+    run = two_runs[0].json
+    assert main(["compare", str(run), str(run)]) == 2
+    assert f"compare needs two different results files ({run} is given twice)" in capsys.readouterr().err
+    (tmp_path / "same.json").symlink_to(run)
+    assert main(["compare", str(run), str(tmp_path / "same.json")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{run} and {tmp_path / 'same.json'} are the same run" in line
 
 
 def test_the_gate_fails_when_the_files_have_no_rows_in_common(six_collective_runs, reduce_scatter_run,

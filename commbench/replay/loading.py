@@ -59,6 +59,16 @@ class RankFile:
     payload: dict
 
 
+def _folders_that_do(path: Path) -> str:
+    """'; its folders ddp, fsdp2 hold files: replay one (commbench replay OUT/ddp)', or ''."""
+    holding = sorted(child for child in path.iterdir() if child.is_dir() and not child.name.startswith(".")
+                     and any(item.is_file() for item in child.iterdir()))
+    if not holding:
+        return ""
+    return (f"; its folders {', '.join(child.name for child in holding)} hold files: replay one "
+            f"(commbench replay {holding[0]})")
+
+
 def expand(sources: list[str]) -> list[Path]:
     """The files named by directories (their files), globs and paths, sorted, each once."""
     found: list[Path] = []
@@ -67,7 +77,7 @@ def expand(sources: list[str]) -> list[Path]:
         if path.is_dir():
             files = [child for child in path.iterdir() if child.is_file() and not child.name.startswith(".")]
             if not files:
-                raise UsageError(f"{source}: the directory holds no trace files")
+                raise UsageError(f"{source}: the directory holds no trace files{_folders_that_do(path)}")
             found.extend(files)
         elif glob.has_magic(source):
             matched = [Path(name) for name in glob.glob(source) if Path(name).is_file()]

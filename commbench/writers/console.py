@@ -225,12 +225,14 @@ WRONG = RowColumn("wrong", lambda row: "-" if row.wrong is None else str(row.wro
 
 def _verdict(row: Row) -> str:
     """'PASS 97%': --expect's (or --fail-below's) verdict and busbw as a percentage of what it was judged
-    against."""
+    against; from 10 times it, a multiple ('PASS 14,273x' against a floor, not 1427302%)."""
     if not row.verdict:
         return "-"
     reference = row.judged_against
-    percent = f" {100 * row.busbw_gbps / reference:.0f}%" if reference and row.busbw_gbps is not None else ""
-    return row.verdict + percent
+    if not reference or row.busbw_gbps is None:
+        return row.verdict
+    ratio = row.busbw_gbps / reference
+    return f"{row.verdict} {ratio:,.0f}x" if ratio >= 10 else f"{row.verdict} {100 * ratio:.0f}%"
 
 
 VERDICT = RowColumn("verdict", _verdict)
