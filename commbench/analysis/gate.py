@@ -31,7 +31,7 @@ from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.results.kinds import check_comparable
 from commbench.results.saved import SavedRun, expand_paths, load_run
-from commbench.writers.console import TextTable, make_console, markdown_table, print_table
+from commbench.writers.console import TABLE_WIDTH, TextTable, make_console, markdown_table, print_table
 
 REPEAT_HINT = ("run both sides with --repeat 5 or more (or give a side several files: compare --base "
                "BASE.json ... NEW.json ...)")
@@ -113,6 +113,8 @@ class Printer:
 
 def show_comparison(out: Printer, comparison: RunComparison) -> None:
     heading = f"base {comparison.base.describe()} vs new {comparison.new.describe()}"
+    if not out.markdown and len(heading) > TABLE_WIDTH:  # two lines rather than one wrapped or too wide
+        heading = f"base {comparison.base.describe()}\nvs new {comparison.new.describe()}"
     out.say(f"## {heading}\n" if out.markdown else heading)
     for side in (comparison.base, comparison.new):
         for run in side.incomplete():

@@ -87,22 +87,39 @@ class TextTable:
     footer: list[str] = field(default_factory=list)  # lines under the table (the α-β fit, ...)
 
 
+def _heading_width(heading: str, lines: int) -> int:
+    """The narrowest width at which ``heading`` wraps at its spaces into at most ``lines`` lines."""
+    words = heading.split()
+    for width in range(max(map(len, words), default=1), len(heading) + 1):
+        count, used = 1, -1
+        for word in words:
+            if used + 1 + len(word) > width:
+                count, used = count + 1, len(word)
+            else:
+                used += 1 + len(word)
+        if count <= lines:
+            return width
+    return len(heading)
+
+
 def narrowed_widths(table: TextTable, width: int) -> list[int | None]:
     """Per column, the width that makes the table fit ``width`` columns, or None to leave it as is: the
-    columns whose headings are wider than their cells narrow first, the most to gain first, to their
-    longest cell or heading word (the heading wraps at its spaces), until the table fits."""
-    cells = [[len(cells[index]) for cells in table.rows if index < len(cells)]
+    columns whose headings are wider than their cells narrow, the most to gain first, their headings
+    wrapping at their spaces onto two lines, then onto as many as it takes, until the table fits."""
+    cells = [max((len(cells[index]) for cells in table.rows if index < len(cells)), default=1)
              for index in range(len(table.columns))]
-    headings = list(zip(cells, table.columns, strict=True))
-    natural = [max([*found, len(column)], default=1) for found, column in headings]
-    narrowest = [max([*found, *map(len, column.split())], default=1) for found, column in headings]
+    natural = [max(widest, len(column)) for widest, column in zip(cells, table.columns, strict=True)]
     total = sum(natural) + 3 * len(natural) + 1  # a rule and a space either side of each column
     chosen: list[int | None] = [None] * len(natural)
-    for index in sorted(range(len(natural)), key=lambda index: narrowest[index] - natural[index]):
-        if total <= width or natural[index] == narrowest[index]:
-            break
-        chosen[index] = max(narrowest[index], natural[index] - (total - width))
-        total -= natural[index] - chosen[index]
+    for lines in (2, 99):
+        narrower = [max(widest, _heading_width(column, lines)) for widest, column in
+                    zip(cells, table.columns, strict=True)]
+        for index in sorted(range(len(natural)), key=lambda index: narrower[index] - natural[index]):
+            now = chosen[index] or natural[index]
+            if total <= width or narrower[index] >= now:
+                continue
+            chosen[index] = max(narrower[index], now - (total - width))
+            total -= now - chosen[index]
     return chosen
 
 
@@ -273,6 +290,9 @@ def run_table(rows: Iterable[Row], fits: Iterable[SeriesFit] = ()) -> TextTable:
     footer = [fit_line(fit, with_mode=len({row.mode for row in rows}) > 1) for fit in fits]
     no_interval = no_interval_line(rows) if SPREAD_TIMES[1] in columns else None
     footer += [no_interval] if no_interval else []
+    if any(row.group_size == 1 and row.busbw_gbps == 0 for row in rows):
+        footer.append("busbw 0: at 1 rank nothing crosses a link (the bus factor, 2(n-1)/n for all_reduce, "
+                      "is 0; docs/measurement.md#bandwidth)")
     return TextTable(group_title(rows[0]), [column.heading for column in columns], cells, footer=footer)
 
 
