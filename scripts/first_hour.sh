@@ -9,6 +9,10 @@
 # laptop. Run from a checkout with commbench installed; files go to a temporary directory, kept when a
 # problem is found.
 set -u
+if ! command -v commbench > /dev/null; then
+    echo "first hour: commbench is not on PATH: activate the environment it is installed in" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/.."
 checkout=$(pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/first-hour.XXXXXX")
@@ -16,6 +20,7 @@ export COLUMNS=100
 cd "$work"
 
 wanted=" $* "
+outputs=()
 step() {  # step NAME COMMAND...: run it (when wanted) with its output in NAME.out
     local name=$1
     shift
@@ -24,6 +29,7 @@ step() {  # step NAME COMMAND...: run it (when wanted) with its output in NAME.o
     fi
     echo "running $name: $*" >&2
     { echo "\$ $*"; "$@" < /dev/null 2>&1; echo "exit $?"; } > "$work/$name.out"
+    outputs+=("$work/$name.out")
 }
 
 # Quick start (README)
@@ -52,8 +58,7 @@ step help commbench --help
 step sweep-help commbench sweep --help
 step pattern-help commbench pattern --help
 
-outputs=("$work"/*.out)
-if [ ! -e "${outputs[0]}" ]; then
+if [ "${#outputs[@]}" -eq 0 ]; then
     echo "first hour: no step named ${*}" >&2
     exit 2
 fi

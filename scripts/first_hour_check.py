@@ -121,6 +121,7 @@ def check(command: str, text: str, status: int | None) -> Found:
             continue
         interval, size = headings.index(INTERVAL), headings.index("size") if "size" in headings else 0
         p50 = next((position for position, heading in enumerate(headings) if heading.startswith("p50")), None)
+        mode = headings.index("mode") if "mode" in headings else None
         last_size = ""
         for cells in rows:
             if len(cells) != len(headings):
@@ -129,7 +130,8 @@ def check(command: str, text: str, status: int | None) -> Found:
             found.rows_checked += 1
             measured = p50 is None or cells[p50] != "-"
             if cells[interval] == "-" and measured:
-                found.problems.append(f"no interval: {title or 'a table'} at {last_size}")
+                which = f" {cells[mode]}" if mode is not None else ""
+                found.problems.append(f"no interval: {title or 'a table'} at {last_size}{which}")
     return found
 
 

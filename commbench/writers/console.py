@@ -347,9 +347,9 @@ def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: flo
         return None
     percent, worst = max((item for item in over if item[1].slowest_rank == rank), key=lambda item: item[0])
     host = hostnames[rank] if rank < len(hostnames) else "?"
-    share = f"{percent / 100:.0f}x" if percent >= 1000 else f"{percent:.0f}%"
+    share = f"{percent / 100:.0f}x" if percent >= 1000 else f"{percent:.0f}% of"
     return (f"straggler: rank {rank} ({host}) arrived last in {last} of {plural(len(sync), 'size')}: the "
-            f"others waited for it up to {_time(worst.skew_us_max)} µs per op ({share} of the p50 time, at "
+            f"others waited for it up to {_time(worst.skew_us_max)} µs per op ({share} the p50 time, at "
             f"{format_size(worst.size_bytes)})")
 
 
