@@ -293,12 +293,13 @@ def test_under_torchrun_s_variables_sigterm_ends_each_rank_with_143_and_rank_0_s
 
     port = str(free_port())
     csv_path = tmp_path / "r.csv"
+    torchrun = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                "TORCHELASTIC_RUN_ID": "walk"}  # what torchrun gives each rank, its rank aside
     procs = [subprocess.Popen(
         [sys.executable, "-m", "commbench", "--sizes", "1K:2000K:+1K", "--iters", "2", "--warmup", "0",
          "--csv", str(csv_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        stdin=subprocess.DEVNULL, env=launcherless_env({
-            "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "PYTHONSAFEPATH": "1"})) for rank in (0, 1)]
+        stdin=subprocess.DEVNULL, env=launcherless_env({**torchrun, "RANK": rank, "LOCAL_RANK": rank}))
+        for rank in ("0", "1")]
     try:
         wait_for_rows(csv_path, 2, procs[0])
         for proc in procs:
