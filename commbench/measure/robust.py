@@ -56,7 +56,16 @@ def slow_mask(values: Iterable[float] | np.ndarray, median: float, log_sigma: fl
     distance = _log_distance(_array(values), median)
     if metric.higher_is_better:
         distance = -distance
-    return distance >= max(SIGMAS * log_sigma, math.log(factor)) - 1e-12  # exactly F x off counts
+    return distance >= _log_gap(log_sigma, factor) - 1e-12  # exactly F x off counts
+
+
+def _log_gap(log_sigma: float, factor: float) -> float:
+    return max(SIGMAS * log_sigma, math.log(factor))
+
+
+def gap_factor(log_sigma: float, factor: float) -> float:
+    """How many times off the median a value must be to be slow: exp(max(4 s, ln F)), F or more."""
+    return math.exp(_log_gap(log_sigma, factor))
 
 
 def relative(value: float, median: float) -> float:

@@ -420,6 +420,7 @@ class ConsoleReporter(ReporterBase):
         self.hostnames: list[str] = []
         self.group_of: dict[int, int] = {}
         self.run_config: dict[str, Any] = {}  # the run's meta.config (fabric concludes with its settings)
+        self.run_hardware: dict[str, Any] = {}  # the run's meta.hardware (fabric: hosts with too few CPUs)
         self.key_shown = False  # what the columns mean: said under the run's first table
         self._progress: Progress | None = None
         self._task: TaskID | None = None
@@ -449,6 +450,7 @@ class ConsoleReporter(ReporterBase):
     def header(self, meta: RunMeta) -> None:
         self.hostnames = list(meta.hostnames)
         self.run_config = dict(meta.config)
+        self.run_hardware = dict(meta.hardware or {})
         members = (meta.groups or {}).get("members", [])
         if len(members) > 1:
             self.group_of = {rank: index for index, ranks in enumerate(members) for rank in ranks}
@@ -466,7 +468,7 @@ class ConsoleReporter(ReporterBase):
             return
         kind = kind_named(rows[0].pattern)  # fabric's matrices, a pattern's steps: tables of their own
         if kind is not None and kind.console is not None:
-            kind.console(self.console, rows, LiveRun(self.hostnames, self.run_config))
+            kind.console(self.console, rows, LiveRun(self.hostnames, self.run_config, self.run_hardware))
             return
         reason = unavailable(rows)
         if reason:  # an implementation that cannot run here: a line, not a table of dashes
