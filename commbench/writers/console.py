@@ -9,6 +9,7 @@ HTML. (The nccl-tests and JSON-lines console formats are in formats.py.)
 """
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -330,23 +331,20 @@ def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int
 def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: float) -> str | None:
     """One line naming the rank the others waited for, when it means something: in at least half of the
     table's sync rows, two at least (async skews say nothing, docs/measurement.md), the first rank waited
-    for the last
-    more than ``threshold_percent`` of the p50 time (and SKEW_FLOOR_US), and one rank was that last in
-    three quarters of those rows or more. Scattered skews on a busy host name nobody."""
+    for the last more than ``threshold_percent`` of the p50 time (and SKEW_FLOOR_US), and one rank was
+    that last in three quarters of those rows or more. Scattered skews on a busy host name nobody."""
     sync = [row for row in rows if row.mode != "async"]
     over = [(percent, row) for row in sync
             if (percent := skew_percent(row)) is not None and percent > threshold_percent
             and (row.skew_us_max or 0.0) >= SKEW_FLOOR_US and row.slowest_rank is not None]
     if len(sync) < 2 or len(over) < 2 or 2 * len(over) < len(sync):  # one row shows no pattern
         return None
-    counts: dict[int, int] = {}
-    for _, row in over:
-        counts[row.slowest_rank or 0] = counts.get(row.slowest_rank or 0, 0) + 1
-    rank, last = max(counts.items(), key=lambda item: item[1])
+    counts = Counter(row.slowest_rank for _, row in over)
+    rank, last = counts.most_common(1)[0]
     if 4 * last < 3 * len(over):
         return None
     percent, worst = max((item for item in over if item[1].slowest_rank == rank), key=lambda item: item[0])
-    host = hostnames[rank] if rank < len(hostnames) else "?"
+    host = hostnames[rank] if rank is not None and rank < len(hostnames) else "?"
     share = f"{percent / 100:.0f}x" if percent >= 1000 else f"{percent:.0f}% of"
     return (f"straggler: rank {rank} ({host}) arrived last in {last} of {plural(len(sync), 'size')}: the "
             f"others waited for it up to {_time(worst.skew_us_max)} µs per op ({share} the p50 time, at "
@@ -362,8 +360,6 @@ def pass_label(row: Row, config: dict[str, Any]) -> str:
 
 
 KEY_LINE = "key: µs per op, the slowest rank's · ±95%: the p50's 95% interval · GB/s: 10^9 bytes/s"
-
-
 SUMMARY_KEY = "p50: the median of the passes' p50s · spread: how far they differ (about their CV)"
 
 
