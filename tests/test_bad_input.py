@@ -78,7 +78,7 @@ def test_mpirun_without_master_address_is_bad_input():
     result = commbench("--sizes", "1K", env={"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"},
                        timeout=60)
     assert result.returncode == 2
-    assert "MASTER_ADDR and MASTER_PORT is not" in result.stderr
+    assert "MASTER_ADDR and MASTER_PORT are not" in result.stderr
     assert "Traceback" not in result.stderr
 
 

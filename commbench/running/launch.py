@@ -57,18 +57,18 @@ def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, 
     if info is None:
         check_local_launch(benchmarks)
         check_output_location(setup)
-        warn_replaced(exact_files(setup))
         announce_local_ranks(setup)
         with held_files(exact_files(setup)):  # the spawner holds them for its ranks (launcher "local")
+            warn_replaced(exact_files(setup))  # once they are this run's: a refused run replaces nothing
             return spawn_local(setup.argv, setup.nproc)
     if info.rank == 0:
         check_output_location(setup)
-        if info.launcher != "local":  # our own spawner said it
-            warn_replaced(exact_files(setup))
     from commbench.running.rank import run_rank
 
     holds = info.rank == 0 and info.launcher != "local"
     with held_files(exact_files(setup) if holds else []):
+        if holds:  # (under our own spawner, the spawner said it)
+            warn_replaced(exact_files(setup))
         return run_rank(list(benchmarks), info, environ, work)
 
 
