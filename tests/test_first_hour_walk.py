@@ -19,6 +19,7 @@ from rich.console import Console
 
 import commbench
 from commbench.cli import main
+from commbench.core.sizes import readable_size
 from commbench.core.splits import SizePlan
 from commbench.core.splits import describe as describe_splits
 from commbench.results.model import RunMeta
@@ -357,8 +358,9 @@ def test_titles_name_a_benchmark_once_and_give_the_barrier_no_dtype():
     assert group_title(_toy_row(benchmark="latency")) == "latency · all_reduce · float32 · op sum"
 
 
-def test_uneven_splits_are_said_in_units():
+def test_uneven_sizes_are_said_in_units_not_raw_bytes():
     assert describe_splits(SizePlan(3000, 12000, chunk_counts=[128, 3000]), 4) == "512 B to 11.7 KiB per rank"
+    assert [readable_size(size) for size in (656896, 4096, 1020)] == ["641.5 KiB", "4 KiB", "1020 B"]
 
 
 def test_help_keeps_each_command_s_sentence_and_sweep_names_the_shipped_sweeps(capsys):

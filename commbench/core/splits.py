@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from commbench.core.sizes import approximate_size, format_size, parse_size
+from commbench.core.sizes import parse_size, readable_size
 from commbench.core.words import plural
 from commbench.errors import UsageError
 
@@ -209,10 +209,4 @@ def describe(plan: SizePlan, element_size: int) -> str:
     counts = [c for row in plan.pair_counts for c in row] if plan.pair_counts else list(plan.chunk_counts)
     low, high = min(counts) * element_size, max(counts) * element_size
     kind = "per pair" if plan.pair_counts else "per rank"
-    return f"{_readable(low)} to {_readable(high)} {kind}"
-
-
-def _readable(num_bytes: int) -> str:
-    """Exact where a unit holds it whole (4 KiB, 192 B), else to a tenth of the unit (12.1 KiB)."""
-    exact = format_size(num_bytes)
-    return exact if not exact.endswith(" B") or num_bytes < 1024 else approximate_size(num_bytes)
+    return f"{readable_size(low)} to {readable_size(high)} {kind}"
