@@ -329,19 +329,18 @@ def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int
 
 
 def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: float) -> str | None:
-    """One line naming the rank the others waited for, when it means something: in at least half of the
-    table's sync rows, two at least (async skews say nothing, docs/measurement.md), the first rank waited
-    for the last more than ``threshold_percent`` of the p50 time (and SKEW_FLOOR_US), and one rank was
-    that last in three quarters of those rows or more. Scattered skews on a busy host name nobody."""
+    """One line naming the rank the others waited for, when it means something: in three quarters of the
+    table's sync rows or more, three at least (async skews say nothing, docs/measurement.md), that one
+    rank arrived last and the first waited for it more than ``threshold_percent`` of the p50 time (and
+    SKEW_FLOOR_US). Skews scattered over ranks, as on a busy host, name nobody."""
     sync = [row for row in rows if row.mode != "async"]
     over = [(percent, row) for row in sync
             if (percent := skew_percent(row)) is not None and percent > threshold_percent
             and (row.skew_us_max or 0.0) >= SKEW_FLOOR_US and row.slowest_rank is not None]
-    if len(sync) < 2 or len(over) < 2 or 2 * len(over) < len(sync):  # one row shows no pattern
+    if len(sync) < 3 or not over:  # two rows show no pattern
         return None
-    counts = Counter(row.slowest_rank for _, row in over)
-    rank, last = counts.most_common(1)[0]
-    if 4 * last < 3 * len(over):
+    rank, last = Counter(row.slowest_rank for _, row in over).most_common(1)[0]
+    if 4 * last < 3 * len(sync):
         return None
     percent, worst = max((item for item in over if item[1].slowest_rank == rank), key=lambda item: item[0])
     host = hostnames[rank] if rank is not None and rank < len(hostnames) else "?"
