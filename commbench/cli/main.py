@@ -8,6 +8,7 @@ the console, plot, report and compare find every kind without importing a featur
 """
 
 import os
+import re
 import sys
 import time
 
@@ -18,7 +19,7 @@ import commbench.fabric.command  # noqa: F401 (registers `fabric`)
 import commbench.patterns.command  # noqa: F401 (registers `pattern fsdp|tp|moe|pp|3d`)
 import commbench.replay.command  # noqa: F401 (registers `replay`)
 from commbench import __version__
-from commbench.cli.commands import add_features
+from commbench.cli.commands import WholeHelpGroup, add_features
 from commbench.cli.options import TORCHRUN_OPTIONS, launcher_option_text
 from commbench.cli.run import run, sweep
 from commbench.cli.saved import compare, explain, plot, report
@@ -29,7 +30,7 @@ from commbench.running.features import registered_features
 from commbench.running.launcher import detect
 
 
-class DefaultGroup(click.Group):
+class DefaultGroup(WholeHelpGroup):
     """A group whose first argument, when it is not a command name, starts the default `run`."""
 
     default_command = "run"
@@ -74,6 +75,17 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def click_message(exc: click.ClickException) -> str:
+    """click's message in commbench's style: lower case, no closing full stop, option names bare, one
+    suggestion as our own hints give it ('no such option --sise (did you mean --sizes?)')."""
+    if isinstance(exc, click.NoSuchOption):
+        names = sorted(exc.possibilities or [])
+        return f"no such option {exc.option_name}{did_you_mean(exc.option_name, names)}"
+    text = _one_line(exc.format_message()).rstrip(".")
+    text = re.sub(r"'(--?[\w-]+)'", r"\1", text)
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
 # How long a rank other than 0 waits for its launcher to stop it after a command-line mistake, before
 # saying the mistake itself (a launcher that leaves the others running once one exits, or a rank 0 that
 # never started).
@@ -107,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})
     except click.NoSuchOption as exc:
         known = exc.option_name in TORCHRUN_OPTIONS
-        _say_usage_error(launcher_option_text(exc.option_name) if known else exc.format_message())
+        _say_usage_error(launcher_option_text(exc.option_name) if known else click_message(exc))
         return 2
     except click.ClickException as exc:
-        _say_usage_error(exc.format_message())
+        _say_usage_error(click_message(exc))
         return 2
     except UsageError as exc:
         _say_usage_error(str(exc))

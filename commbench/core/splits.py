@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from commbench.core.sizes import parse_size
+from commbench.core.sizes import parse_size, readable_size
 from commbench.core.words import plural
 from commbench.errors import UsageError
 
@@ -204,8 +204,9 @@ def plan_gathered(by_row: bool):
 
 
 def describe(plan: SizePlan, element_size: int) -> str:
-    """A short account of a plan's unevenness for notes: the smallest and largest chunk in bytes."""
+    """A short account of a plan's unevenness for notes: the smallest and largest chunk, '512 B to 12.1
+    KiB per rank' (in the units the tables use, not raw byte counts)."""
     counts = [c for row in plan.pair_counts for c in row] if plan.pair_counts else list(plan.chunk_counts)
     low, high = min(counts) * element_size, max(counts) * element_size
     kind = "per pair" if plan.pair_counts else "per rank"
-    return f"{low}..{high} B {kind}"
+    return f"{readable_size(low)} to {readable_size(high)} {kind}"

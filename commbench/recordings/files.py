@@ -51,6 +51,17 @@ def load_plain_pickle(data: bytes, path: Path) -> Any:
         raise UsageError(f"{path}: truncated or corrupt pickle ({type(exc).__name__}: {exc})") from None
 
 
+def _folders_that_do(path: Path) -> str:
+    """'; its folders ddp, fsdp2 hold files: give one (for example OUT/ddp)', or '': where a recording's
+    top folder holds a folder per job (scripts/record_example.py's OUT)."""
+    holding = sorted(child for child in path.iterdir() if child.is_dir() and not child.name.startswith(".")
+                     and any(item.is_file() for item in child.iterdir()))
+    if not holding:
+        return ""
+    return (f"; its folders {', '.join(child.name for child in holding)} hold files: give one "
+            f"(for example {holding[0]})")
+
+
 def expand(sources: list[str]) -> list[Path]:
     """The files named by directories (their files), globs and paths, sorted, each once."""
     found: list[Path] = []
@@ -59,7 +70,7 @@ def expand(sources: list[str]) -> list[Path]:
         if path.is_dir():
             files = [child for child in path.iterdir() if child.is_file() and not child.name.startswith(".")]
             if not files:
-                raise UsageError(f"{source}: the directory holds no trace files")
+                raise UsageError(f"{source}: the directory holds no trace files{_folders_that_do(path)}")
             found.extend(files)
         elif glob.has_magic(source):
             matched = [Path(name) for name in glob.glob(source) if Path(name).is_file()]

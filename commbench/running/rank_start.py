@@ -82,6 +82,10 @@ def run_rank(rank: int, argv: list[str], environ: dict[str, str], launcher: int)
     stop_with(launcher)
     # The program a rank runs is named, as `python -m commbench` names it to a fresh interpreter: the
     # command line sits above this layer (docs/architecture.md), which starts it without depending on it.
-    entry = importlib.import_module(ENTRY)
-    sys.argv = [str(entry.__file__), *argv]
-    sys.exit(importlib.import_module(ENTRY_MAIN).main(argv))
+    try:
+        entry = importlib.import_module(ENTRY)
+        sys.argv = [str(entry.__file__), *argv]
+        status = importlib.import_module(ENTRY_MAIN).main(argv)
+    except KeyboardInterrupt:  # a signal forwarded before main could take it: no multiprocessing traceback
+        status = 128 + signal.SIGINT
+    sys.exit(status)

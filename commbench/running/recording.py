@@ -8,6 +8,7 @@ interrupted) so a reader of results.json always knows.
 
 import platform
 import shlex
+import signal
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, fields
@@ -84,6 +85,16 @@ def result_paths(setup: LaunchConfig, run_id: str) -> tuple[Path, Path]:
     return csv_path, json_path
 
 
+def launcher_status_note(launcher: str, signal_name: str) -> str:
+    """What the exit status after a signal will be where the launcher, not commbench, decides it: torchrun
+    exits 1 when a signal stops it, whatever its ranks return."""
+    if launcher != "torchrun":
+        return ""
+    status = 128 + signal.Signals[signal_name].value
+    return (f" (the ranks exit {status}; torchrun's own status after a signal is 1 by its rule: "
+            "results.json's meta.status says interrupted)")
+
+
 class Recording:
     """Rank 0's Output: the files first, then the console, in the format asked for."""
 
@@ -143,6 +154,9 @@ class Recording:
     def implementations_done(self, rows: list[Row]) -> None:
         self.reporter.implementations_done(rows)
 
+    def passes_done(self, rows: list[Row]) -> None:
+        self.reporter.passes_done(rows)
+
     def section(self, name: str, payload: dict) -> None:
         self.writer.set_section(name, payload)
 
@@ -167,6 +181,7 @@ class Recording:
         if self.table_rows:
             self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
         kept = plural(len(self.writer.rows), "row")
-        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept")
+        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept"
+                           + launcher_status_note(self.writer.meta.launcher, signal_name))
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()

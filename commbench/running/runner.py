@@ -111,6 +111,7 @@ def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output, s
     if setup.duration_s is None and setup.passes is None:
         return one_pass(output)
     rows = repeat_until(setup.duration_s, one_pass, output, backend, passes=setup.passes)
+    output.passes_done(rows)
     for line in soak_lines(rows):
         output.note(line)
     return rows

@@ -15,6 +15,7 @@ is why Python starts fresh interpreters there) and with COMMBENCH_RANK_START=exe
 """
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -66,9 +67,16 @@ def rank_start(environ: dict[str, str] | None = None, platform: str = sys.platfo
 
 
 def forking_context() -> Any:
-    """multiprocessing's forkserver, its server preloading torch and the modules a rank runs."""
+    """multiprocessing's forkserver, its server preloading torch and the modules a rank runs, started
+    with SIGINT ignored: it shares the launcher's terminal, and a Ctrl-C in the seconds it imports torch
+    would print its traceback (the launcher forwards signals to the ranks, and a rank sets its own)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # an ignored signal stays ignored across exec
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return context
 
 
