@@ -11,6 +11,9 @@ communication library's own memory).
   beyond what torch's allocator reserved is memory outside it: NCCL's buffers, channels and
   communicators made on first use.
 
+At the start (``StartMemory``) every rank reads its memory before its process group starts and after;
+results.json keeps both per rank (meta.memory.start).
+
 A size's account (``SizeMemory``): before its buffers are allocated the peaks are reset and the memory
 read; after its last op it is read again. Then, on one rank:
 
@@ -106,6 +109,22 @@ class Snapshot:
         device = self.device
         return {"host_rss_bytes": self.rss, "device_used_bytes": None if device is None else device.used,
                 "torch_reserved_bytes": None if device is None else device.reserved}
+
+
+@dataclass
+class StartMemory:
+    """One rank's memory just before its process group starts (its device chosen) and just after (on
+    NCCL the communicator is made at the start: commbench binds the group to its device)."""
+
+    before: Snapshot | None = None
+    after: Snapshot | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        """What results.json's meta.memory.start holds per rank."""
+        empty = Snapshot(None, None)
+        before, after = (self.before or empty).as_dict(), (self.after or empty).as_dict()
+        return {**{f"{key.removesuffix('_bytes')}_before_bytes": value for key, value in before.items()},
+                **{f"{key.removesuffix('_bytes')}_after_bytes": value for key, value in after.items()}}
 
 
 def growth(before: int | None, after: int | None) -> int | None:

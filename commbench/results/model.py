@@ -237,3 +237,4 @@ class RunMeta:
     nccl_log: dict[str, Any] = field(default_factory=dict)  # --nccl-debug: files, version, line counts
     expectations: dict[str, Any] = field(default_factory=dict)  # --expect/--fail-below: verdict summary
     unavailable: dict[str, str] = field(default_factory=dict)  # left out by --collective all: name -> why
+    memory: dict[str, Any] = field(default_factory=dict)  # start: each rank's memory around the group's start

@@ -25,6 +25,7 @@ from commbench.core import devices
 from commbench.core.devices import MemoryBudget
 from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
+from commbench.measure.memory import Snapshot, StartMemory
 from commbench.provenance.describe import hardware_summary
 from commbench.results.model import Row
 from commbench.running.launcher import RankInfo
@@ -52,8 +53,10 @@ def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
                       launcher_board=environ.get(BOARD_ENV, "") if info.launcher == "local" else "")
 
 
-def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
-    """Meet the other ranks at the store, agree on devices, then start the process group."""
+def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str],
+                  memory: StartMemory | None = None) -> Backend:
+    """Meet the other ranks at the store, agree on devices, then start the process group (``memory``:
+    read just before and just after it starts)."""
     from commbench.backends.torch_dist import TorchDistBackend
     from commbench.coordination import StartUp
 
@@ -62,7 +65,11 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
     try:
         startup.meet()
         device = place(setup, (info.rank, info.local_rank), environ, startup)
-        return TorchDistBackend(name, device, startup.start(device))
+        memory = memory or StartMemory()
+        memory.before = Snapshot.now(device)
+        started = startup.start(device)
+        memory.after = Snapshot.now(device)
+        return TorchDistBackend(name, device, started)
     except (RunError, UsageError, AlreadyReported):
         raise
     except Exception as exc:
@@ -200,18 +207,22 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     stops.install()
     # NCCL reads its debug variables once, when the backend starts it: they are set before.
     provenance = RunProvenance(setup, os.environ)
-    backend = start_backend(setup, info, environ)
+    at_start = StartMemory()
+    backend = start_backend(setup, info, environ, at_start)
     recording: Recording | None = None
     try:
         # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
         with failures_named(lambda: f"the run's start (host names, groups) failed on rank {info.rank}"):
-            hostnames = backend.all_gather_object(host_name(environ))
+            hostnames, memory = zip(*backend.all_gather_object((host_name(environ), at_start.as_dict())),
+                                    strict=True)
+            hostnames = list(hostnames)
             plan = split_into_groups(setup, hostnames)
             membership = join_groups(backend, plan)
             hardware = provenance.gather_hardware(backend, hostnames)
             if info.rank == 0:
                 meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
                 meta.hardware = hardware
+                meta.memory = {"start": list(memory)}
                 recording = Recording(meta, setup)
                 recording.note(hardware_summary(hardware))
             members = [list(ranks) for ranks in plan.members]
