@@ -15,7 +15,8 @@ table and `commbench iterations` print them; docs/measurement.md#per-iteration-t
 - spikes: a rank's time at one sample that is an outlier against the row's median over every rank and
   sample, by the robust rule (measure/robust.py: at least SPIKE_FACTOR times the median and beyond 4
   scaled MADs of the log-times). A rank that arrived before the last rank of its group waited inside
-  the collective: its spike is named with the rank it waited for; else the time was its own.
+  the collective: when the last one came at least WAIT_SHARE of the spike's excess over the median
+  after it, the spike is named with the rank it waited for; else the time was its own.
 - the straggler over iterations: at each sample the rank that arrived last in its group; the rank last
   most often, in how many samples, and by how much it trailed the others' median arrival there.
 - hosts: each host's ranks' median and p99 over their samples, the slowest host against the median host.
@@ -36,6 +37,7 @@ from commbench.measure.robust import LATENCY, robust_spread, slow_mask
 from commbench.results.model import Row, describe_row
 
 SPIKE_FACTOR = 2.0  # a spike is at least this many times the row's median (and beyond 4 scaled MADs)
+WAIT_SHARE = 0.5  # a spike waited for a rank that arrived at least this share of its excess later
 MAX_SPIKES_SHOWN = 5  # the console names this many of a row's spikes, the worst first
 _FLOAT32 = np.dtype("<f4")
 
@@ -133,14 +135,14 @@ def spikes(found: Iterations, groups: Sequence[Sequence[int]] | None = None) -> 
     last = _last_arrivals(found, groups)
     spiked = []
     for index, sample in zip(*np.nonzero(slow), strict=True):
-        rank = found.ranks[index]
+        time_us = float(times[index, sample])
         waited_for, waited = None, 0.0
         latest = last[index, sample] if last is not None else index
-        if latest != index:
-            waited_for = found.ranks[latest]
-            waited = float(found.arrivals[latest, sample] - found.arrivals[index, sample])
-        spiked.append(IterationSpike(int(sample), rank, float(times[index, sample]), median, waited_for,
-                                     waited))
+        arrived = found.arrivals[:, sample] if last is not None else None
+        gap = 0.0 if arrived is None else float(arrived[latest] - arrived[index])
+        if gap >= WAIT_SHARE * (time_us - median):  # the wait explains the spike
+            waited_for, waited = found.ranks[latest], gap
+        spiked.append(IterationSpike(int(sample), found.ranks[index], time_us, median, waited_for, waited))
     return sorted(spiked, key=lambda spike: -spike.time_us)
 
 

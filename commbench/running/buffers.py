@@ -37,9 +37,11 @@ class SizeBuffers:
     flush: CacheFlush | None = None
 
     def nbytes(self) -> int:
-        """Every byte commbench allocated for the size on this rank."""
-        held = sum(tensor.nbytes for buffers in self.sets for tensor in buffers.tensors())
-        return held + self.flush_bytes()
+        """Every byte commbench allocated for the size on this rank: each allocation once (a view's
+        whole block: --misalign's offset included, an in-place chunk's buffer counted once)."""
+        blocks = {tensor.untyped_storage().data_ptr(): tensor.untyped_storage().nbytes()
+                  for buffers in self.sets for tensor in buffers.tensors()}
+        return sum(blocks.values()) + self.flush_bytes()
 
     def flush_bytes(self) -> int:
         return 0 if self.flush is None else self.flush.nbytes
