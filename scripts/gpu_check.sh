@@ -273,7 +273,7 @@ for row in cold.rows:
     found = Iterations.of(row)
     print(f"{row.collective} {row.size_bytes} B: p50 {row.time_us_p50} us, CV {row.time_us_cv:.3f}, first op "
           f"{row.first_op_us} us; buffers {row.mem_user_bytes} B, beside {row.mem_internal_bytes} B "
-          f"(library {row.mem_library_bytes} B); flushed {row.flush_bytes} B; {row.started_at} .. {row.finished_at}")
+          f"(library {row.mem_library_bytes} B); flushed {row.flush_bytes} B; {row.measured_from} .. {row.measured_to}")
     assert found is not None and found.times.shape == (1, row.samples), "per-iteration block"
     assert (row.buffer_sets, row.misalign, row.flush_bytes) == (4, 16, l2), "cold buffers"
     assert row.wrong == 0, f"{row.wrong} wrong elements with --buffers 4 --misalign 16"

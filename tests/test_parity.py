@@ -59,7 +59,7 @@ def test_a_spike_injected_into_one_iteration_of_one_rank_is_named(cold_and_late)
     assert any(f"spike at iteration {DELAYED_OP}: rank 0 (node-a)" in line and "for rank 1 (node-b)" in line
                for line in lines)
     assert row.first_op_us is not None and row.first_op_us > 0
-    assert row.started_at < row.finished_at and row.started_at.endswith("+00:00")  # UTC, ISO 8601
+    assert row.measured_from < row.measured_to and row.measured_from.endswith("+00:00")  # UTC, ISO 8601
 
 
 def test_buffers_rotate_through_n_distinct_sets_each_misaligned(cold_and_late):

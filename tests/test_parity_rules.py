@@ -78,7 +78,7 @@ def test_a_disjoint_communicators_blocks_are_its_members_and_hosts_group_them():
 
 def test_the_blocks_stay_out_of_the_csv_and_load_from_json():
     assert "iteration_us" not in CSV_COLUMNS and "iteration_arrival_us" not in CSV_COLUMNS
-    assert "started_at" in CSV_COLUMNS and "slowdown" in CSV_COLUMNS
+    assert "measured_from" in CSV_COLUMNS and "slowdown" in CSV_COLUMNS
     kept = _row()
     saved = {**{name: getattr(kept, name) for name in REQUIRED_FIELDS}, "samples": 3,
              "iteration_us": encode(np.ones((4, 3))), "concurrent": 2, "communicator": 0}

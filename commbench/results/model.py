@@ -112,8 +112,8 @@ class Row:
     output_digest: str = ""  # --check: a hash of every rank's output after the checked op
     # When this rank began measuring the row (its probe op) and when it finished (UTC, ISO 8601 to the ms);
     # empty in rows that are not a sweep's and in files written before them
-    started_at: str = ""
-    finished_at: str = ""
+    measured_from: str = ""
+    measured_to: str = ""
     first_op_us: float | None = None  # the size's first op, before its warm-up (max over ranks)
     # --per-iteration: every rank's time and arrival of every sample, µs, as float32 [rank][sample]
     # (results/iterations.py); JSON only

@@ -93,7 +93,7 @@ class Measuring:
     """How a sweep's row was measured, beyond its samples: when its rank began (its probe op; '': when
     the row is made), the probe's seconds (max over ranks) and --flush-cache's bytes."""
 
-    started_at: str = ""
+    measured_from: str = ""
     first_op_s: float | None = None
     flush_bytes: int = 0
 

@@ -135,17 +135,17 @@ def measure_contending(point: Any, output: Output, memory: SizeMemory | None) ->
     backend, table, config = point.backend, point.table, point.config
     contention: Contention = point.contention
     layout = point.layout(misaligned(None, config.misalign))
-    started_at = utc_stamp()
+    measured_from = utc_stamp()
     with failures_named(lambda: point.failed_in("sync")):
         racing, error = attempt(lambda: _build(point, contention, layout))
         error = agree(backend, error)
         if error is not None:
-            return [point.row("sync", None, layout, error=error, how=Measuring(started_at))]
+            return [point.row("sync", None, layout, error=error, how=Measuring(measured_from))]
         output.working(f"{table.collective.name} {table.dtype} x{contention.count} racing")
         probe, error = attempt(lambda: _slowest(time_race(backend, racing.ops, None, 1)))
         error, slowest = agree_with_time(backend, error, probe or 0.0)
         if error is not None:
-            return [point.row("sync", None, layout, error=error, how=Measuring(started_at))]
+            return [point.row("sync", None, layout, error=error, how=Measuring(measured_from))]
         compute = compute_timer(racing.kernel, backend, backend.device) if racing.kernel else None
         time_race(backend, racing.ops, compute, config.warmup)
         iters = _iterations(config, slowest)
@@ -156,7 +156,7 @@ def measure_contending(point: Any, output: Output, memory: SizeMemory | None) ->
     every = backend.all_gather_array(_flat(contention.count, racing.indices, phases, compute_alone, together,
                                            iters))
     rows = _rows(point, layout, every, contention, iters,
-                 (Measuring(started_at, slowest, racing.buffers[0].flush_bytes()), checker))
+                 (Measuring(measured_from, slowest, racing.buffers[0].flush_bytes()), checker))
     if memory is not None:
         account_memory(backend, memory, racing.nbytes(), rows)
     return rows

@@ -262,10 +262,10 @@ class SizePoint:
         if facts is not None and facts.status == UNAVAILABLE:  # refused at this size: not a failure
             impl.update(impl_status=UNAVAILABLE, impl_note="")
         scale = collective.time_scale(layout)
-        finished_at = utc_stamp()
+        measured_to = utc_stamp()
         return make_row(
             sampled, time_scale=scale, per_iteration=config.per_iteration,
-            started_at=how.started_at or finished_at, finished_at=finished_at,
+            measured_from=how.measured_from or measured_to, measured_to=measured_to,
             first_op_us=None if how.first_op_s is None else round(how.first_op_s * scale * 1e6, 3),
             misalign=config.misalign, buffer_sets=config.buffer_sets, flush_bytes=how.flush_bytes,
             members=[list(ranks) for ranks in plan.members],
@@ -386,16 +386,16 @@ def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], outp
     for mode in table.modes:
         output.working(f"{table.collective.name}{point.how} {table.dtype} {format_size(point.size.used)} "
                        f"{mode}")
-        started_at = utc_stamp()
+        measured_from = utc_stamp()
         with failures_named(lambda: point.failed_in(mode)):  # noqa: B023 - used before the loop moves on
             seconds, error = attempt(lambda: _probe(op, mode))  # noqa: B023 - called at once
             error, slowest = agree_with_time(backend, error, seconds or 0.0)
             if error is not None:
-                rows.append(point.row(mode, None, layout, error=error, how=Measuring(started_at)))
+                rows.append(point.row(mode, None, layout, error=error, how=Measuring(measured_from)))
                 continue
             if config.profile_kernels and not facts.profiled:  # once per size, on every rank
                 _profile(point, op, facts)
-            rows.append(_measure_mode(point, ops, mode, budgets[mode], (started_at, slowest), facts))
+            rows.append(_measure_mode(point, ops, mode, budgets[mode], (measured_from, slowest), facts))
     if memory is not None:
         account_memory(backend, memory, built.nbytes(), rows)
     return rows
@@ -413,7 +413,7 @@ def _measure_mode(point: SizePoint, ops: SizeOps, mode: str, budget: IterationBu
     """Warm-up, the timed ops (with --check, checked ops between and after them) and the row;
     ``probe``: when this rank began the mode (its probe op) and the probe's seconds, max over ranks."""
     config, op, layout = point.config, ops.op, ops.layout
-    started_at, probe_seconds = probe
+    measured_from, probe_seconds = probe
     checker = interlude = None
     op.args.async_op = mode == "async"
     share = None if config.iters is not None else WARMUP_SHARE * config.time_per_size
@@ -430,4 +430,4 @@ def _measure_mode(point: SizePoint, ops: SizeOps, mode: str, budget: IterationBu
     if interlude is not None:
         interlude.finish()  # the checked op after timing
     return point.row(mode, sampled, layout, checker=checker, facts=facts,
-                     how=Measuring(started_at, probe_seconds, ops.buffers.flush_bytes()))
+                     how=Measuring(measured_from, probe_seconds, ops.buffers.flush_bytes()))
