@@ -146,3 +146,25 @@ def test_the_console_and_commbench_iterations_name_what_the_iterations_show(tmp_
     assert "8 samples: CV " in saved.stdout
     wrong_size = commbench("iterations", str(run_dir), "--size", "8K")
     assert wrong_size.returncode == 2 and "no per-iteration row of that size" in wrong_size.stderr
+
+
+def _disjoint(rank: int, world_size: int) -> dict:
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "4000"
+    backend = TorchDistBackend("gloo", torch.device("cpu"))
+    rows = _sweep(backend, sizes=[4096], iters=4, concurrent=2, concurrent_groups="disjoint", check=True,
+                  per_iteration=True)
+    trace = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    names = {entry["process_group"][1] for entry in trace["entries"]
+             if entry["process_group"][1].startswith("commbench concurrent")}
+    return {"rows": rows, "names": names}
+
+
+def test_disjoint_groups_each_run_their_own_communicator_and_rows():
+    results = run_ranks(_disjoint, 4)
+    for rank, result in enumerate(results):
+        assert result["names"] == {f"commbench concurrent {rank // 2}"}  # a rank is in its group only
+    rows = results[0]["rows"]
+    assert [(row.communicator, row.group_size, row.group_count, row.wrong) for row in rows] == \
+        [(0, 2, 2, 0), (1, 2, 2, 0)]
+    assert [Iterations.of(row).ranks for row in rows] == [(0, 1), (2, 3)]  # each row holds its members
+    assert all(row.slowdown == round(row.time_us_p50 / row.alone_us_p50, 4) for row in rows)
