@@ -107,8 +107,8 @@ def cache_bytes(device: "torch.device") -> tuple[int, str]:
     else:
         found = cpu_cache_bytes()
         if found:
-            return found, "the last-level cache (sysfs)"
-    return FALLBACK_CACHE_BYTES, "a default: the system did not say"
+            return found, "the last-level cache, from sysfs"
+    return FALLBACK_CACHE_BYTES, "a default: the system does not say"
 
 
 def then_meet(flush: "CacheFlush | None", backend: "Backend") -> Callable[[], None] | None:
