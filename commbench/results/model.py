@@ -69,13 +69,15 @@ class Row:
     parallel: str = ""  # the parallel dimension whose group the row's collectives ran in: tp, pp, dp, ep
     model: str = ""  # the model spec's name ('llama-7b/layers=2' when cut down)
     unit: str = ""  # the FSDP unit; '' for a whole step or the final flush
-    phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute
+    phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute (also a
+    # sweep row measured beside --with-compute's matmul)
     bucket_mb: str = ""  # reduce-scatter bucketing: 'unit' or the bucket size in MiB ('0': per parameter)
     predivide: float | None = None  # gradient division before the reduce-scatter
     postdivide: float | None = None  # and after it
     calls_per_step: int | None = None  # collectives (or matmuls) per step in this row
     overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
-    compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
+    compute_size: int | None = None  # the matmul's size (size x size; --compute-size, --with-compute); not in
+    # key(): 'auto' varies
     imbalance: float | None = None  # moe: tokens on the busiest rank / the mean (1: balanced)
     bubble_pct: float | None = None  # pp: a stage's step time not spent computing, percent
     benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line

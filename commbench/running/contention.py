@@ -32,6 +32,8 @@ import numpy as np
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.config.sweep import RunConfig
 from commbench.core.groups import Membership, split_world
+from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.errors import RunError, brief, failures_named
 from commbench.measure.cache import Rotation, misaligned
 from commbench.measure.check import SizeChecker
@@ -141,7 +143,9 @@ def measure_contending(point: Any, output: Output, memory: SizeMemory | None) ->
         error = agree(backend, error)
         if error is not None:
             return [point.row("sync", None, layout, error=error, how=Measuring(measured_from))]
-        output.working(f"{table.collective.name} {table.dtype} x{contention.count} racing")
+        beside = f" beside a {contention.compute_size}^2 matmul" if contention.compute_size else ""
+        output.working(f"{table.collective.name} {table.dtype} {format_size(point.size.used)} on "
+                       f"{plural(contention.count, 'communicator')}{beside}")
         probe, error = attempt(lambda: _slowest(time_race(backend, racing.ops, None, 1)))
         error, slowest = agree_with_time(backend, error, probe or 0.0)
         if error is not None:
