@@ -213,16 +213,15 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     try:
         # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
         with failures_named(lambda: f"the run's start (host names, groups) failed on rank {info.rank}"):
-            hostnames, memory = zip(*backend.all_gather_object((host_name(environ), at_start.as_dict())),
-                                    strict=True)
-            hostnames = list(hostnames)
+            met = backend.all_gather_object((host_name(environ), at_start.as_dict()))  # every rank's
+            hostnames = [host for host, _ in met]
             plan = split_into_groups(setup, hostnames)
             membership = join_groups(backend, plan)
             hardware = provenance.gather_hardware(backend, hostnames)
             if info.rank == 0:
                 meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
                 meta.hardware = hardware
-                meta.memory = {"start": list(memory)}
+                meta.memory = {"start": [memory for _, memory in met]}
                 recording = Recording(meta, setup)
                 recording.note(hardware_summary(hardware))
             members = [list(ranks) for ranks in plan.members]
