@@ -21,6 +21,9 @@
 #   impl            every implementation (--impl all) on every GPU (up to 8) with --check, --profile-kernels
 #                   and --nccl-debug: every row printed and kept in impl-rows.tsv (what ran, its kernels,
 #                   each refusal's reason); none may fail or hold wrong values
+#   parity          NCCL at one rank: --per-iteration's blocks, --buffers and --misalign with --check,
+#                   --flush-cache over the L2, --memory (device memory outside torch's allocator, the
+#                   start's readings), --with-compute's two slowdowns and --concurrent's communicators
 #   cuda-tests      the test suite's CUDA-only tests (from a checkout), CUDA kept visible
 # Writes every JSON and log to OUTDIR; exits 1 when any step failed. Without CUDA the CUDA steps print
 # "skip" and the script still runs what the CPU can check.
@@ -255,17 +258,58 @@ assert int(sys.argv[2]) == 0, f"exit status {sys.argv[2]}"
 EOF
 }
 
+parity_step() {
+    # what nccl-tests' -I/-M/-u/-S and rccl-tests' -R/-F measure, and contention, on NCCL at one rank
+    local status=0
+    commbench --backend nccl --nproc 1 --collective all_reduce,all_gather_base --sizes 64K,16M --iters 20 \
+        --warmup 2 --per-iteration --buffers 4 --misalign 16 --flush-cache --memory --check \
+        --json "$OUT/parity.json" --csv "$OUT/parity.csv" || status=$?
+    commbench --backend nccl --nproc 1 --collective all_reduce --sizes 64M --iters 10 --warmup 2 \
+        --with-compute 4096 --concurrent 2 --memory --check --json "$OUT/parity-compute.json" \
+        --csv "$OUT/parity-compute.csv" || status=$?
+    commbench iterations "$OUT/parity.json" || status=$?
+    "$PY" - "$OUT/parity.json" "$OUT/parity-compute.json" "$status" <<'EOF'
+import sys
+import torch
+from commbench.results.iterations import Iterations
+from commbench.results.saved import load_run
+cold, beside = load_run(sys.argv[1]), load_run(sys.argv[2])
+l2 = torch.cuda.get_device_properties(0).L2_cache_size
+for row in cold.rows:
+    found = Iterations.of(row)
+    print(f"{row.collective} {row.size_bytes} B: p50 {row.time_us_p50} us, CV {row.time_us_cv:.3f}, first op "
+          f"{row.first_op_us} us; buffers {row.mem_user_bytes} B, beside {row.mem_internal_bytes} B "
+          f"(library {row.mem_library_bytes} B); flushed {row.flush_bytes} B; {row.measured_from} .. {row.measured_to}")
+    assert found is not None and found.times.shape == (1, row.samples), "per-iteration block"
+    assert (row.buffer_sets, row.misalign, row.flush_bytes) == (4, 16, l2), "cold buffers"
+    assert row.wrong == 0, f"{row.wrong} wrong elements with --buffers 4 --misalign 16"
+    assert row.mem_user_bytes >= 4 * row.size_bytes + l2 and row.mem_library_bytes is not None, "memory"
+start = cold.meta["memory"]["start"][0]
+print(f"start: device used {start['device_used_before_bytes']} -> {start['device_used_after_bytes']} B, "
+      f"RSS {start['host_rss_before_bytes']} -> {start['host_rss_after_bytes']} B")
+assert start["device_used_after_bytes"] > start["device_used_before_bytes"], "NCCL's communicator took nothing"
+for row in beside.rows:
+    print(f"communicator {row.communicator}: {row.time_us_p50} us beside, {row.alone_us_p50} us alone "
+          f"({row.slowdown}x); matmul {row.compute_us} us beside, {row.compute_alone_us} us alone "
+          f"({row.compute_slowdown}x); library {row.mem_library_bytes} B")
+    assert row.slowdown and row.compute_slowdown and row.compute_alone_us > 0 and row.wrong == 0
+assert [row.communicator for row in beside.rows] == [0, 1], "two communicators"
+assert int(sys.argv[3]) == 0, f"exit status {sys.argv[3]}"
+EOF
+}
+
 cuda_tests() {
     # the suite's CUDA-only tests (the suite hides CUDA unless COMMBENCH_TEST_CUDA=1: tests/conftest.py)
     [ -d "$HERE/../tests" ] || { echo "no tests/ beside scripts/: not a checkout"; return 0; }
     (cd "$HERE/.." && COMMBENCH_TEST_CUDA=1 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" \
         tests/test_correctness.py::test_nccl_premul_sum_and_uneven_lists \
-        tests/test_list.py::test_list_probes_nccl_on_cuda)
+        tests/test_list.py::test_list_probes_nccl_on_cuda \
+        tests/test_parity_rules.py::test_a_size_account_on_cuda_splits_torch_and_memory_outside_its_allocator)
 }
 
 export OUT PY CUDA HERE
 export -f commbench free_port devices_env memory_window correctness premul graphs latency torchrun_one fsdp \
-    impl_step cuda_tests
+    impl_step parity_step cuda_tests
 run_step devices-env 120 devices_env
 run_step memory-window 120 memory_window
 if [ "$CUDA" = 1 ]; then
@@ -276,6 +320,7 @@ if [ "$CUDA" = 1 ]; then
     run_step torchrun 45 torchrun_one
     run_step fsdp 60 fsdp
     run_step impl 300 impl_step
+    run_step parity 120 parity_step
     run_step cuda-tests 150 cuda_tests
 else
     skip correctness "every collective x dtype x op with --check on NCCL"
@@ -285,6 +330,7 @@ else
     skip torchrun "one NCCL rank under torchrun"
     skip fsdp "the FSDP pattern on NCCL with --check --overlap"
     skip impl "every implementation on every GPU: every row, its kernels, each refusal's reason"
+    skip parity "--per-iteration, --buffers, --flush-cache, --memory and --with-compute on NCCL at one rank"
     skip cuda-tests "the suite's CUDA-only tests, with COMMBENCH_TEST_CUDA=1"
     skip "devices-env (CUDA part)" "one visible device, PMI under srun, derived local rank, shared device"
     skip "memory-window (CUDA part)" "allocator growth of an async window, empty_cache, cudaMemGetInfo"

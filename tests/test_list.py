@@ -54,6 +54,14 @@ def test_list_probes_gloo_on_two_local_ranks():
     assert _row(out, "sum", table="reduce ops")[1] == "✓"
     assert "why refused:" in out
     assert "premul_sum is NCCL's pre-multiplied sum; the gloo backend does not have it" in out
+    # the parity options, with what --flush-cache writes over on this host
+    from commbench.core.devices import approximate_bytes
+    from commbench.measure.cache import cpu_cache_bytes
+
+    assert "--splits): spread:F, distance:F, zipf:S or a file" in out
+    cache = cpu_cache_bytes()
+    assert (f"--flush-cache writes {approximate_bytes(cache)} here (the last-level cache, from sysfs)"
+            if cache else "--flush-cache writes 64 MiB here (a default") in out
 
 
 def test_list_refuses_an_unavailable_backend_before_starting(capsys):

@@ -1,6 +1,7 @@
 """The backend interface: one method per collective over a CollectiveArgs, plus completion, control
 operations (apart from the measured communicator) and the process group's lifetime."""
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,6 +113,17 @@ class Backend(ABC):
     @abstractmethod
     def wait(self, args: CollectiveArgs) -> None:
         """Wait for every handle on the wait list and empty it; the device may still be busy."""
+
+    def completion_times(self, calls: list[CollectiveArgs]) -> list[int]:
+        """Wait for every handle of each call (ops issued together, async), emptying their wait lists,
+        and return for each call the host's clock (``time.perf_counter_ns``) when all of its handles had
+        completed. This default waits on the calls in turn, so a call that completed before an earlier
+        one is stamped late; a backend that can poll its handles stamps each when it completes."""
+        stamps = []
+        for args in calls:
+            self.wait(args)
+            stamps.append(time.perf_counter_ns())
+        return stamps
 
     def complete(self, args: CollectiveArgs) -> None:
         """Wait for every handle on the wait list, empty it, then synchronise the device."""

@@ -6,6 +6,8 @@ start-up, so the timed loop pays no lookup and no deprecation warning.
 """
 
 import inspect
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -375,6 +377,55 @@ class TorchDistBackend(Backend):
                 self._settle(work)
             args.wait_list.clear()
 
+    def completion_times(self, calls: list[CollectiveArgs]) -> list[int]:
+        """Each call stamped when the last of its handles completes; then every handle is settled as
+        ``wait`` settles it (a failed op raises, the current stream joins the communicators'). On CUDA
+        the handles are polled (``is_completed``: the op's end event on the device). On CPU a callback on
+        each handle's future stamps it, from the backend's thread, while this one waits in slices: a
+        polling loop would take the cores gloo's threads need. A handle without a future (gloo's sends
+        and receives) has its call stamped when its wait returns."""
+        if self._is_cuda:
+            return self._polled_completion_times(calls)
+        lock = threading.Lock()
+        stamps = [0] * len(calls)
+        left = [len(args.wait_list) for args in calls]
+        unwatched = set()
+
+        def completed(index: int) -> None:
+            with lock:
+                left[index] -= 1
+                if not left[index]:
+                    stamps[index] = time.perf_counter_ns()
+
+        for index, args in enumerate(calls):
+            futures = [_future(work) for work in args.wait_list]
+            if not futures or any(future is None for future in futures):
+                unwatched.add(index)
+                continue
+            for future in futures:
+                future.add_done_callback(lambda _, index=index: completed(index))
+        for index, args in enumerate(calls):
+            self.wait(args)
+            if index in unwatched:
+                stamps[index] = time.perf_counter_ns()
+        return stamps
+
+    def _polled_completion_times(self, calls: list[CollectiveArgs]) -> list[int]:
+        stamps = [0] * len(calls)
+
+        def all_stamped() -> bool:
+            now = 0
+            for index, args in enumerate(calls):
+                if not stamps[index] and all(_completed(work) for work in args.wait_list):
+                    now = now or time.perf_counter_ns()
+                    stamps[index] = now
+            return all(stamps)
+
+        self._waiter.until(all_stamped)
+        for args in calls:
+            self.wait(args)
+        return stamps
+
     def sync_device(self) -> None:
         """Until the current stream (and every collective it waited for) is idle, polled."""
         if not self._is_cuda:
@@ -399,6 +450,22 @@ class TorchDistBackend(Backend):
 
     def broadcast_object(self, obj: Any, root: int = 0) -> Any:
         return self._control.broadcast_object(obj, root)
+
+
+def _completed(work: Any) -> bool:
+    """Whether a handle's op has completed (or failed), without waiting."""
+    return (work.work if isinstance(work, PointToPoint) else work).is_completed()
+
+
+def _future(work: Any) -> Any:
+    """A handle's future, which completes with its op; None for handles that have none (gloo's sends
+    and receives, host-blocking handles)."""
+    if isinstance(work, PointToPoint | HostBlocking):
+        return None
+    try:
+        return work.get_future()
+    except RuntimeError:  # "Work::getFuture not implemented"
+        return None
 
 
 def barrier_device(device: torch.device) -> dict[str, Any]:

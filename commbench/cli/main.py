@@ -22,7 +22,7 @@ from commbench import __version__
 from commbench.cli.commands import WholeHelpGroup, add_features
 from commbench.cli.options import TORCHRUN_OPTIONS, launcher_option_text
 from commbench.cli.run import run, sweep
-from commbench.cli.saved import compare, explain, plot, report
+from commbench.cli.saved import compare, explain, iterations, plot, report
 from commbench.cli.tools import env_command, list_command
 from commbench.diagnose.command import with_verdict
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
@@ -66,7 +66,7 @@ def cli() -> None:
     """
 
 
-for command in (run, sweep, compare, plot, report, explain, env_command, list_command):
+for command in (run, sweep, compare, plot, report, explain, iterations, env_command, list_command):
     cli.add_command(command)
 add_features(cli, registered_features())
 

@@ -13,9 +13,11 @@ from rich.console import Console
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.config.sweep import REDUCE_OPS
+from commbench.core.devices import approximate_bytes
 from commbench.core.dtypes import element_size, known_dtypes, torch_dtype
 from commbench.core.splits import DEFAULT_SPLITS, parse_splits
 from commbench.errors import brief
+from commbench.measure.cache import cache_bytes
 from commbench.measure.collectives import MODES, REGISTRY, Collective, Layout
 from commbench.writers.console import TextTable, print_table
 
@@ -174,3 +176,9 @@ def print_support(console: Console, probes: list[Probe], backend: Backend) -> No
               if any(p.supported and p.dtype == d and p.collective == "all_reduce" for p in probes)]
     console.print(f"dtypes with all_reduce: {', '.join(dtypes) or 'none'}", markup=False)
     console.print(f"modes: {', '.join(MODES)}, both (a sync and an async row per size)", markup=False)
+    console.print("v-collectives' splits (--splits): spread:F, distance:F, zipf:S or a file of a world x "
+                  "world byte matrix", markup=False)
+    flushed, source = cache_bytes(backend.device)
+    console.print(f"--flush-cache writes {approximate_bytes(flushed)} here ({source}); --buffers N, "
+                  "--misalign BYTES, --per-iteration, --memory, --concurrent N and --with-compute N: "
+                  "docs/measurement.md", markup=False)

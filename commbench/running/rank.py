@@ -27,6 +27,7 @@ from commbench.core import devices
 from commbench.core.devices import MemoryBudget
 from commbench.core.groups import GroupPlan, split_by_hosts, split_world, world_plan
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
+from commbench.measure.memory import Snapshot, StartMemory
 from commbench.provenance.describe import hardware_summary
 from commbench.results.model import Row
 from commbench.running.launcher import RankInfo
@@ -57,8 +58,10 @@ def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
                       launcher_board=environ.get(BOARD_ENV, "") if info.launcher == "local" else "")
 
 
-def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
-    """Meet the other ranks at the store, agree on devices, then start the process group."""
+def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str],
+                  memory: StartMemory | None = None) -> Backend:
+    """Meet the other ranks at the store, agree on devices, then start the process group (``memory``:
+    read just before and just after it starts)."""
     from commbench.backends.torch_dist import TorchDistBackend
     from commbench.coordination import StartUp
 
@@ -67,7 +70,11 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
     try:
         startup.meet()
         device = place(setup, (info.rank, info.local_rank), environ, startup)
-        return TorchDistBackend(name, device, startup.start(device))
+        memory = memory or StartMemory()
+        memory.before = Snapshot.now(device)
+        started = startup.start(device)
+        memory.after = Snapshot.now(device)
+        return TorchDistBackend(name, device, started)
     except (RunError, UsageError, AlreadyReported):
         raise
     except Exception as exc:
@@ -204,16 +211,19 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     stops.install()
     # NCCL reads its debug variables once, when the backend starts it: they are set before.
     provenance = RunProvenance(setup, os.environ)
-    backend = start_backend(setup, info, environ)
+    at_start = StartMemory()
+    backend = start_backend(setup, info, environ, at_start)
     torchcomms_place(os.environ, backend.rank, backend.world_size)  # --impl torchcomms, whoever launched us
     recording: Recording | None = None
     dumps: Path | None = None
     try:
         # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
         with failures_named(lambda: f"the run's start (host names, groups) failed on rank {info.rank}"):
-            started = backend.all_gather_object((host_name(environ), make_run_id()))
-            hostnames = [host for host, _ in started]
-            run_id = started[0][1]  # rank 0's: where every rank leaves its Flight Recorder dump on failure
+            # every rank's host, rank 0's run id (where every rank leaves its Flight Recorder dump on
+            # failure) and every rank's memory at start
+            met = backend.all_gather_object((host_name(environ), make_run_id(), at_start.as_dict()))
+            hostnames = [host for host, _, _ in met]
+            run_id = met[0][1]
             dumps = run_directory(setup, run_id) / FLIGHT_RECORDER_DIR
             plan = split_into_groups(setup, hostnames)
             membership = join_groups(backend, plan)
@@ -221,6 +231,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
             if info.rank == 0:
                 meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher, run_id)
                 meta.hardware = hardware
+                meta.memory = {"start": [memory for _, _, memory in met]}
                 recording = Recording(meta, setup)
                 recording.note(hardware_summary(hardware))
             members = [list(ranks) for ranks in plan.members]

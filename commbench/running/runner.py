@@ -36,9 +36,11 @@ from commbench.core.groups import Membership, world_plan
 from commbench.core.sizes import format_size
 from commbench.core.words import plural
 from commbench.errors import Terminated, UsageError, failures_named
+from commbench.measure.cache import Rotation, misaligned, then_meet
 from commbench.measure.check import SizeChecker
-from commbench.measure.collectives import Buffers, Layout
+from commbench.measure.collectives import Layout
 from commbench.measure.impls import REFERENCE_IMPL, REGISTRY, process_sets
+from commbench.measure.memory import SizeMemory
 from commbench.measure.planning import PlannedSize, TablePlan, plan_tables
 from commbench.measure.sampling import Interlude, Sampled, SamplingPolicy, collect, warm_up_for
 from commbench.measure.timing import BoundOp, graph_replay_op
@@ -46,10 +48,11 @@ from commbench.measure.values import CheckValues
 from commbench.provenance.verdicts import RowContext
 from commbench.results.model import Row, describe_row
 from commbench.results.passes import soak_lines
-from commbench.results.rows import make_row
+from commbench.results.rows import Measuring, make_row, utc_stamp
 from commbench.running.agreement import agree, agree_with_time, attempt
 from commbench.running.availability import settle
-from commbench.running.buffers import allocate
+from commbench.running.buffers import SizeBuffers, account_memory, allocate_sets
+from commbench.running.contention import measure_contending, open_contention
 from commbench.running.implementations import (
     UNAVAILABLE,
     ImplFacts,
@@ -61,6 +64,8 @@ from commbench.running.implementations import (
 )
 from commbench.running.soak import repeat_until
 from commbench.writers.output import Output
+
+UNSTAMPED = Measuring()  # a row made without a probe: it began when it is made
 
 
 def _no_stop() -> int:
@@ -85,6 +90,7 @@ class Session:
     hostnames: tuple[str, ...] = ()  # by rank (fabric groups ranks by host)
     # starts rank processes of their own for an implementation set (rank_sets.RankSets); None: cannot
     rank_sets: "SetRunner | None" = None
+    contention: Any = None  # a sweep's racing communicators and compute (running/contention.py), or None
 
     @classmethod
     def world(cls, backend: Backend) -> "Session":
@@ -125,6 +131,8 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     at the next size boundary that every rank reaches, raising Terminated on all of them.
     """
     session = session or Session.world(backend)
+    contention, membership = open_contention(config, backend, session.membership)
+    session = replace(session, membership=membership, contention=contention)
     plan = session.membership.plan
     config.check_span(plan.size, whole_world=plan.is_world)
     tables, notes = plan_tables(config, plan.size, session.memory)
@@ -231,7 +239,7 @@ def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: S
     table_rows: list[Row] = []
     for size in table.sizes:
         point = SizePoint(config, backend, table, size, session.membership, session.row_context,
-                          session.memory, impl)
+                          session.memory, impl, session.contention)
         _check_in(point, point.label(), session.stop_requested)
         for row in measure_size(point, output):
             _report(row, output)
@@ -297,6 +305,7 @@ class SizePoint:
     row_context: RowContext | None = None
     memory: MemoryBudget | None = None  # the default budget (--max-memory, when given, comes first)
     impl: ImplTable | None = None  # the table's implementation as set up on this rank
+    contention: Any = None  # --concurrent, --with-compute: running/contention.py's Contention
 
     @property
     def placement(self) -> str:
@@ -325,26 +334,34 @@ class SizePoint:
                 f"on rank {self.backend.rank}")
 
     def row(self, mode: str, sampled: Sampled | None, layout: Layout, checker: SizeChecker | None = None,
-            error: str = "", facts: ImplFacts | None = None, warmup: int | None = None) -> Row:
-        """The row of one mode; ``warmup``: the warm-up ops run (None: not timed, --warmup)."""
+            error: str = "", facts: ImplFacts | None = None, how: Measuring = UNSTAMPED,
+            **extra: Any) -> Row:
+        """The row of one mode; ``how`` it was measured; ``extra``: contention's columns."""
         table, size, plan, backend = self.table, self.size, self.membership.plan, self.backend
+        config = self.config
         collective = table.collective
         impl = row_fields(self.impl, facts) if self.impl is not None else {}
         if facts is not None and facts.status == UNAVAILABLE:  # refused at this size: not a failure
             impl.update(impl_status=UNAVAILABLE, impl_note="")
+        scale = collective.time_scale(layout)
+        measured_to = utc_stamp()
         return make_row(
-            sampled, time_scale=collective.time_scale(layout),
+            sampled, time_scale=scale, per_iteration=config.per_iteration,
+            measured_from=how.measured_from or measured_to, measured_to=measured_to,
+            first_op_us=None if how.first_op_s is None else round(how.first_op_s * scale * 1e6, 3),
+            misalign=config.misalign, buffer_sets=config.buffer_sets, flush_bytes=how.flush_bytes,
             members=[list(ranks) for ranks in plan.members],
             collective=collective.name, backend=backend.name, device=backend.device.type,
             world_size=backend.world_size, dtype=table.dtype, mode=mode, op=table.op, size_bytes=size.used,
             requested_bytes=size.requested, count_per_rank=size.count_per_rank,
-            warmup=self.config.warmup if warmup is None else warmup,
+            warmup=self.config.warmup if how.warmup is None else how.warmup,
             busbw_factor=collective.busbw_factor(plan.size), group_size=plan.size, group_layout=plan.layout,
             group_count=plan.count, placement=self.placement,
             wrong=None if checker is None else checker.wrong,
             first_wrong="" if checker is None else checker.first_wrong, error=error,
             benchmark=self.config.name, root=self.config.root if collective.rooted else -1,
-            output_digest="" if checker is None else checker.digest, context=self.row_context, **impl)
+            output_digest="" if checker is None else checker.digest, context=self.row_context, **impl,
+            **extra)
 
 
 def _check_in(point: SizePoint, label: str, stop_requested: Callable[[], int]) -> None:
@@ -371,7 +388,9 @@ def _probe(op: BoundOp, mode: str) -> float:
 
 
 def measure_size(point: SizePoint, output: Output) -> list[Row]:
-    """One row per mode for one size; the buffers are this call's locals, released when it returns."""
+    """One row per mode for one size (contention: one per communicator); the buffers are this call's
+    locals, released when it returns. With --memory the size's memory is read from before its buffers
+    exist to after its last op."""
     backend, table = point.backend, point.table
     if point.impl is not None and point.impl.failure is not None:  # its own rank processes failed
         return [point.row(mode, None, point.layout(), error=point.impl.failure) for mode in table.modes]
@@ -379,6 +398,9 @@ def measure_size(point: SizePoint, output: Output) -> list[Row]:
     if refused is not None:
         return [point.row(mode, None, point.layout(), error=refused, facts=ImplFacts(UNAVAILABLE))
                 for mode in table.modes]
+    memory = SizeMemory(backend.device) if point.config.memory else None
+    if point.contention is not None:
+        return measure_contending(point, output, memory)
     state = point.impl.state if point.impl is not None else None
     scope, error = attempt(state.size_scope) if state is not None else (None, None)
     error = agree(backend, error) if state is not None else None
@@ -386,7 +408,7 @@ def measure_size(point: SizePoint, output: Output) -> list[Row]:
         return [point.row(mode, None, point.layout(), error=f"set-up failed: {error}",
                           facts=ImplFacts(UNAVAILABLE)) for mode in table.modes]
     try:
-        return _measure_buffers(point, output, scope)
+        return _measure_buffers(point, output, scope, memory)
     finally:
         if scope is not None:
             attempt(scope.release)
@@ -406,15 +428,27 @@ def _refusal(point: SizePoint) -> str | None:
     return size_refusal(point.impl, table, point.size, point.membership.plan.size)
 
 
-def _measure_buffers(point: SizePoint, output: Output, scope: Any) -> list[Row]:
-    backend, table = point.backend, point.table
-    layout = point.layout(None if scope is None else scope.allocate)
+@dataclass(frozen=True)
+class SizeOps:
+    """A size's buffers as its modes time them: the op (rotating through --buffers' sets, with
+    --flush-cache's write before each sample) and the op --check runs (always on the first set)."""
+
+    layout: Layout
+    buffers: SizeBuffers
+    op: BoundOp
+    checked: BoundOp
+
+
+def _measure_buffers(point: SizePoint, output: Output, scope: Any, memory: SizeMemory | None) -> list[Row]:
+    backend, table, config = point.backend, point.table, point.config
+    layout = point.layout(misaligned(None if scope is None else scope.allocate, config.misalign))
     # All ranks agree before the first collective: a rank that cannot allocate (out of memory), or
     # register its buffers, makes an error row on every rank instead of leaving the others waiting.
     with failures_named(lambda: point.failed_in(table.modes[0])):
-        buffers, error = attempt(lambda: allocate(point, layout))
+        built, error = attempt(lambda: allocate_sets(point, layout, config.buffer_sets, config.flush_cache))
         error = agree(backend, error)
         if error is None and scope is not None:
+            buffers = built.sets[0]
             splits = buffers.input_splits or [layout.count_per_rank] * layout.world_size
             registered, error = attempt(lambda: register(backend, scope, buffers.tensors(), splits))
             error = agree(backend, error)
@@ -423,26 +457,31 @@ def _measure_buffers(point: SizePoint, output: Output, scope: Any) -> list[Row]:
     facts = ImplFacts() if scope is None else ImplFacts(register_ms=round(registered.seconds * 1e3, 3),
                                                         setup_bytes=registered.bytes_taken)
     args = CollectiveArgs(process_group=point.membership.process_group, op=table.op or "sum",
-                          root=point.config.root, premul_factor=point.config.premul_factor,
-                          **buffers.call_options())
+                          root=config.root, premul_factor=config.premul_factor,
+                          **built.sets[0].call_options())
     if scope is not None:
         args.process_group, args.path = point.impl.state.group, registered.binding
     issue = point.impl.impl.issue_for(table.collective.name, table.collective.issue) if point.impl \
         else table.collective.issue
-    op = BoundOp(backend, args, issue)
+    rotation = Rotation(built.sets, issue) if len(built.sets) > 1 else None
+    op = BoundOp(backend, args, rotation or issue, before=then_meet(built.flush, backend))
+    ops = SizeOps(layout, built, op, BoundOp(backend, args, rotation.pinned(0)) if rotation else op)
     rows = []
     for mode in table.modes:
         output.working(f"{table.collective.name}{point.how} {table.dtype} {format_size(point.size.used)} "
                        f"{mode}")
+        measured_from = utc_stamp()
         with failures_named(lambda: point.failed_in(mode)):  # noqa: B023 - used before the loop moves on
             seconds, error = attempt(lambda: _probe(op, mode))  # noqa: B023 - called at once
             error, slowest = agree_with_time(backend, error, seconds or 0.0)
             if error is not None:
-                rows.append(point.row(mode, None, layout, error=error))
+                rows.append(point.row(mode, None, layout, error=error, how=Measuring(measured_from)))
                 continue
-            if point.config.profile_kernels and not facts.profiled:  # once per size, on every rank
+            if config.profile_kernels and not facts.profiled:  # once per size, on every rank
                 _profile(point, op, facts)
-            rows.append(_measure_mode(point, op, (layout, buffers), mode, slowest, facts))
+            rows.append(_measure_mode(point, ops, mode, (measured_from, slowest), facts))
+    if memory is not None:
+        account_memory(backend, memory, built.nbytes(), rows)
     return rows
 
 
@@ -453,11 +492,12 @@ def _profile(point: SizePoint, op: BoundOp, facts: ImplFacts) -> None:
         facts.judge(point.impl, point.membership.plan.size)
 
 
-def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], mode: str,
-                  probe_seconds: float, facts: ImplFacts | None = None) -> Row:
-    """Warm-up, the timed ops (with --check, checked ops between and after them) and the row."""
-    config, policy = point.config, sampling_policy(point.config)
-    layout, buffers = built
+def _measure_mode(point: SizePoint, ops: SizeOps, mode: str, probe: tuple[str, float],
+                  facts: ImplFacts | None = None) -> Row:
+    """Warm-up, the timed ops (with --check, checked ops between and after them) and the row;
+    ``probe``: when this rank began the mode (its probe op) and the probe's seconds, max over ranks."""
+    config, policy, op, layout = point.config, sampling_policy(point.config), ops.op, ops.layout
+    measured_from, probe_seconds = probe
     checker = interlude = None
     op.args.async_op = mode == "async"
     warmed, per_op_seconds = warm_up_for(op, policy, probe_seconds)
@@ -465,11 +505,12 @@ def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], 
         values = CheckValues(layout.dtype, point.table.op, layout.world_size, point.backend.device,
                              config.premul_factor)
         # with CUDA graphs the checked op is a replay of a captured one, as the timed ops are
-        checked_op = graph_replay_op(op) if config.cuda_graph else op
-        checker = SizeChecker(checked_op, mode, point.table.collective, layout, buffers, values)
+        checked_op = graph_replay_op(ops.checked) if config.cuda_graph else ops.checked
+        checker = SizeChecker(checked_op, mode, point.table.collective, layout, ops.buffers.sets[0], values)
         interlude = Interlude(config.check_every or 1 << 62, checker.run)
         op.args.async_op = mode == "async"
     sampled = collect(op, mode, policy, per_op_seconds, interlude, point.size.window)
     if interlude is not None:
         interlude.finish()  # the checked op after timing
-    return point.row(mode, sampled, layout, checker=checker, facts=facts, warmup=warmed)
+    return point.row(mode, sampled, layout, checker=checker, facts=facts,
+                     how=Measuring(measured_from, probe_seconds, ops.buffers.flush_bytes(), warmed))

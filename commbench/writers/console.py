@@ -27,12 +27,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from commbench.core.devices import approximate_bytes
 from commbench.core.sizes import format_size
 from commbench.core.words import plural
 from commbench.measure.collectives import REGISTRY
 from commbench.measure.impls import REFERENCE_IMPL
 from commbench.measure.stats import MIN_SAMPLES_FOR_CI
 from commbench.results.fit import SeriesFit, fit_line
+from commbench.results.iterations import table_lines
 from commbench.results.kinds import LiveRun, kind_named
 from commbench.results.model import SKEW_FLOOR_US, Row, RunMeta, skew_percent
 from commbench.results.passes import PassSummary, pass_summaries
@@ -227,8 +229,10 @@ def _interval(row: Row) -> str:
 
 # Label columns shown only when the table's rows differ in them: each stacks its values as rows of
 # their own under the size (sync above async; a soak's passes, 1-based, when one table holds them all,
-# as the report's does), so several modes never double the table's width.
-VARYING_LABELS = [RowColumn("pass", lambda row: str(row.repeat + 1)), RowColumn("mode", lambda row: row.mode)]
+# as the report's does; the communicator of a --concurrent run), so several modes never double the
+# table's width.
+VARYING_LABELS = [RowColumn("pass", lambda row: str(row.repeat + 1)), RowColumn("mode", lambda row: row.mode),
+                  RowColumn("comm", lambda row: "" if row.communicator is None else str(row.communicator))]
 SIZE_LABELS = [RowColumn("size", lambda row: format_size(row.size_bytes)),
                RowColumn("elems per rank", lambda row: str(row.count_per_rank))]
 SPREAD_TIMES = [RowColumn("p50 µs", lambda row: _time(row.time_us_p50)), RowColumn("±95%", _interval),
@@ -239,6 +243,24 @@ ONE_TIME = [RowColumn("µs/op", lambda row: _time(row.time_us_p50))]
 BANDWIDTHS = [RowColumn("algbw GB/s", lambda row: _bandwidth(row.algbw_gbps)),
               RowColumn("busbw GB/s", lambda row: _bandwidth(row.busbw_gbps))]
 WRONG = RowColumn("wrong", lambda row: "-" if row.wrong is None else str(row.wrong))
+CV = RowColumn("CV", lambda row: "-" if row.time_us_cv is None or not _has_spread(row)
+               else f"{100 * row.time_us_cv:.1f}%")
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _bytes(value: int | None) -> str:
+    return "-" if value is None else approximate_bytes(value)
+
+
+CONTENTION = [RowColumn("alone µs", lambda row: _time(row.alone_us_p50)),
+              RowColumn("slowdown", lambda row: _ratio(row.slowdown))]
+COMPUTE = [RowColumn("matmul µs", lambda row: _time(row.compute_us)),
+           RowColumn("matmul slowdown", lambda row: _ratio(row.compute_slowdown))]
+MEMORY = [RowColumn("buffers", lambda row: _bytes(row.mem_user_bytes)),
+          RowColumn("beside", lambda row: _bytes(row.mem_internal_bytes))]
 
 
 def _verdict(row: Row) -> str:
@@ -259,12 +281,17 @@ ERROR = RowColumn("error", lambda row: row.error)
 
 def run_columns(rows: list[Row]) -> list[RowColumn]:
     """The columns a table of these rows shows: what varies among them, the times (five with several
-    samples, one without), the bandwidths, and --check's, --expect's and the backend's verdicts when any
-    row has one."""
+    samples, one without; with --per-iteration the CV), the bandwidths, contention's slowdowns and
+    --memory's bytes when measured, and --check's, --expect's and the backend's verdicts when any row has
+    one."""
     columns = [*SIZE_LABELS, *(column for column in VARYING_LABELS
                                if len({column.cell(row) for row in rows}) > 1)]
     columns += SPREAD_TIMES if any(_has_spread(row) for row in rows) else ONE_TIME
+    columns += [CV] if any(row.iteration_us for row in rows) else []  # --per-iteration: nccl-tests' -I
     columns += BANDWIDTHS
+    columns += CONTENTION if any(row.slowdown is not None for row in rows) else []
+    columns += COMPUTE if any(row.compute_slowdown is not None for row in rows) else []
+    columns += MEMORY if any(row.mem_user_bytes is not None for row in rows) else []
     columns += [WRONG] if any(row.wrong is not None for row in rows) else []
     columns += [VERDICT] if any(row.verdict for row in rows) else []
     columns += [ERROR] if any(row.error for row in rows) else []
@@ -414,6 +441,7 @@ class ConsoleReporter(ReporterBase):
         self.skew_threshold = skew_threshold
         self.hostnames: list[str] = []
         self.group_of: dict[int, int] = {}
+        self.group_members: list[list[int]] = []
         self.run_config: dict[str, Any] = {}  # the run's meta.config (fabric concludes with its settings)
         self.run_hardware: dict[str, Any] = {}  # the run's meta.hardware (fabric: hosts with too few CPUs)
         self.key_shown = False  # what the columns mean: said under the run's first table
@@ -447,6 +475,7 @@ class ConsoleReporter(ReporterBase):
         self.run_config = dict(meta.config)
         self.run_hardware = dict(meta.hardware or {})
         members = (meta.groups or {}).get("members", [])
+        self.group_members = [list(ranks) for ranks in members]
         if len(members) > 1:
             self.group_of = {rank: index for index, ranks in enumerate(members) for rank in ranks}
         for line in header_lines(meta):
@@ -481,6 +510,8 @@ class ConsoleReporter(ReporterBase):
         line = straggler_line(rows, self.hostnames, self.skew_threshold)
         if line:
             self.console.print(f"[yellow]{escape(line)}[/yellow]")
+        for line in table_lines(rows, self.hostnames, self.group_members or None):  # --per-iteration
+            self.console.print(f"[dim]iterations:[/dim] {escape(line)}")
 
     def implementations_done(self, rows: list[Row]) -> None:
         if self.side_by_side is not None:
