@@ -100,10 +100,11 @@ def test_the_gap_is_the_larger_of_four_scaled_mads_and_the_factor(log_sigma, fac
 
 
 def test_a_value_relative_to_its_median_and_on_the_bandwidth_scale():
-    assert relative(2.0, 10.0) == 0.2 and relative(40.0, 10.0) == 4.0
+    assert relative(2.0, 10.0) == 0.2 and relative(40.0, 10.0) == 4.0 and relative(0.1, 0.5) == 0.2
     assert relative(5.0, 0.0) == 1.0 and relative(5.0, -1.0) == 1.0  # no median: nothing to be off from
     assert as_bandwidth(0.2, BANDWIDTH) == 0.2  # a fifth of the bandwidth: worse
     assert as_bandwidth(4.0, LATENCY) == 0.25  # four times the latency: a quarter, worse
+    assert as_bandwidth(0.5, LATENCY) == 2.0  # half the latency: twice as good
     assert as_bandwidth(0.0, LATENCY) == 1.0
 
 

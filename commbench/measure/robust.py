@@ -39,8 +39,9 @@ def _array(values: Iterable[float] | np.ndarray) -> np.ndarray:
 
 
 def _log_distance(values: np.ndarray, median: float) -> np.ndarray:
-    """ln(value / median) of every value, both floored."""
-    return np.log(np.maximum(values, FLOOR)) - math.log(max(median, FLOOR))
+    """ln(value / median) of every value, both floored; one logarithm for both, so that a value is
+    exactly 0 from itself (math.log and numpy's may differ in the last bit)."""
+    return np.log(np.maximum(values, FLOOR)) - np.log(max(median, FLOOR))
 
 
 def robust_spread(values: Iterable[float] | np.ndarray) -> tuple[float, float]:
