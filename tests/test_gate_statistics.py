@@ -12,6 +12,7 @@ from scipy.stats import gmean, ttest_ind
 
 from commbench.analysis.evidence import (
     MIN_PASSES_PER_SIDE,
+    Change,
     benjamini_hochberg,
     estimate_change,
     geometric_mean,
@@ -64,6 +65,7 @@ def test_benjamini_hochberg_is_the_step_up_rule():
 
 def test_a_side_s_time_is_the_geometric_mean_of_its_positive_passes():
     assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geometric_mean([0.5, 2.0]) == pytest.approx(1.0)  # below one microsecond is a time too
     assert geometric_mean([0.0, 2.0, -1.0, 8.0]) == pytest.approx(float(gmean([2.0, 8.0])))
     assert geometric_mean([]) is None and geometric_mean([0.0, -3.0]) is None
 
@@ -72,6 +74,15 @@ def test_a_side_s_time_is_the_geometric_mean_of_its_positive_passes():
                                        ([1.0, 1.0], [-1.0, 1.0])])
 def test_a_side_without_a_positive_time_in_every_pass_has_no_change(base, new):
     assert estimate_change(base, new) is None
+
+
+def test_times_below_a_microsecond_are_compared_like_any_other():
+    change = estimate_change([0.5, 0.52], [1.0, 1.04])
+    assert change is not None and change.ratio == pytest.approx(2.0)
+
+
+def test_a_change_without_degrees_of_freedom_has_no_interval():
+    assert Change(1.2, 0.1).interval() is None and Change(1.2).interval() is None
 
 
 def test_two_passes_a_side_are_the_fewest_with_an_interval():
