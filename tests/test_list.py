@@ -72,7 +72,7 @@ def test_list_refuses_an_unavailable_backend_before_starting(capsys):
 
 
 @pytest.mark.processes
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (and COMMBENCH_TEST_CUDA=1)")
+@pytest.mark.cuda
 def test_list_probes_nccl_on_cuda():
     result = commbench("list", "--backend", "nccl", timeout=180)
     assert result.returncode == 0, result.stderr

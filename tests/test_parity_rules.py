@@ -139,7 +139,7 @@ def test_a_size_account_on_cpu_counts_what_was_made_beside_the_buffers():
     assert start.as_dict()["host_rss_before_bytes"] > 0 and start.as_dict()["device_used_after_bytes"] is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_a_size_account_on_cuda_splits_torch_and_memory_outside_its_allocator():
     device = torch.device("cuda", 0)
     memory = SizeMemory(device)

@@ -70,6 +70,19 @@ def test_bench_gate_counts_false_alarms_detections_and_scaled_slowdowns():
     assert "commbench 0.1's gate" in out and "wall time per run" in out
 
 
+def test_gate_rates_meets_its_targets_through_the_gate():
+    """The figures docs/performance.md quotes for passes drawn from a known distribution, at 20
+    comparisons a cell instead of 150: every target PASS, every cell a count of 20."""
+    out = run_script("gate_rates.py", "--trials", "20", "--passes", "10")
+    cells = re.search(r"^\s+10((?:\s+\d+){6})$", out, re.MULTILINE)
+    assert cells, out
+    identical, *slowed = (int(value) for value in cells.group(1).split())
+    assert all(0 <= count <= 20 for count in slowed)
+    verdicts = re.findall(r"^10 passes: .* (\d+) of 20 \[(PASS|FAIL): .*\]$", out, re.MULTILINE)
+    assert [verdict for _, verdict in verdicts] == ["PASS"] * 3, out
+    assert int(verdicts[0][0]) == identical <= 1
+
+
 def test_bench_sweep_gives_every_row_an_interval_and_judges_its_targets_by_its_own_figures():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_sweep.py"), "--sizes", "1K:4K"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=launcherless_env(),
