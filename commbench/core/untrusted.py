@@ -1,0 +1,276 @@
+"""Files from elsewhere, read safely: the one place commbench opens a file it did not write in this run
+(saved runs, sweep and model files, --expect and --splits files, recordings of other jobs).
+
+Invariants, each a one-line UsageError naming the file (exit status 2) rather than a hang, a memory
+blow-up or a traceback:
+- only a regular file is read: a FIFO, a device, a socket or a directory is named for what it is, and
+  looking never blocks (the path is stat'ed before it is opened, and opened without waiting);
+- at most the kind's cap of bytes is read, and at most the same cap is inflated from gzip (a small file
+  that inflates to gigabytes stops at the cap);
+- JSON and YAML nest at most MAX_NESTING containers deep, checked before anything recursive runs;
+- YAML builds plain values only: strings, numbers, booleans, null, lists and mappings. Tags other than
+  the plain types' and aliases (``*name``, the "billion laughs") are refused; a date stays a string;
+- a value shown in a message is cut short (``shown``), so a message stays one line whatever the file holds.
+The caps are docs/limits.md's "Files commbench reads".
+"""
+
+import json
+import math
+import os
+import re
+import stat
+import zlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+
+from commbench.core.sizes import approximate_size, format_size
+from commbench.errors import UsageError
+
+MiB = 1 << 20
+CONFIG_BYTES = 16 * MiB  # a sweep file, a model file, an --expect or baselines file, a --splits file
+RESULTS_BYTES = 1024 * MiB  # a saved run's results.json or results.csv
+RECORDING_BYTES = 1024 * MiB  # a Flight Recorder dump or a profiler trace, as stored and once inflated
+MAX_NESTING = 64  # containers inside one another in a JSON or YAML file (commbench's own reach 6)
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this st_mode is, in words ('a FIFO (named pipe)')."""
+    return "a regular file" if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_bytes(path: Path, what: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (a ``what``: 'results file'), at most ``limit`` of them."""
+    try:
+        found = os.stat(path)
+        if not stat.S_ISREG(found.st_mode):
+            raise UsageError(f"{path} is {file_kind(found.st_mode)}, not a regular file: a {what} is read "
+                             "only from a regular file")
+        if found.st_size > limit:
+            raise _too_large(path, what, limit, f"{approximate_size(found.st_size)}, more")
+        # O_NONBLOCK: should the path have become a FIFO since the stat, opening it does not wait
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such {what}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UsageError(f"{path}: cannot read the {what}: {_reason(exc)}") from None
+    try:
+        opened = os.fstat(handle)
+        if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino) or not stat.S_ISREG(opened.st_mode):
+            raise UsageError(f"{path} changed while it was opened: give a file that stays put")
+        with os.fdopen(handle, "rb", closefd=False) as stream:
+            data = stream.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the {what}: {_reason(exc)}") from None
+    finally:
+        os.close(handle)
+    if len(data) > limit:
+        raise _too_large(path, what, limit)
+    return data
+
+
+def inflate(data: bytes, path: Path, what: str, limit: int) -> bytes:
+    """``data`` inflated when it is gzip (one member or several), at most ``limit`` bytes of it; other
+    data as it is."""
+    if data[:2] != _GZIP_MAGIC:
+        return data
+    parts: list[bytes] = []
+    total = 0
+    rest = data
+    while rest:
+        if rest[:2] != _GZIP_MAGIC:
+            raise UsageError(f"{path}: not a gzip file after {format_size(len(data) - len(rest))}: a corrupt "
+                             f"{what}")
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            part = inflater.decompress(rest, limit + 1 - total)
+        except zlib.error as exc:
+            raise UsageError(f"{path}: truncated or corrupt gzip data ({exc})") from None
+        total += len(part)
+        if total > limit:
+            raise _too_large(path, what, limit, "inflates to more")
+        if not inflater.eof:
+            raise UsageError(f"{path}: truncated gzip data: the {what} ends inside a compressed stream")
+        parts.append(part)
+        rest = inflater.unused_data
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def decode_text(data: bytes, path: Path, what: str) -> str:
+    """UTF-8 text (a byte order mark allowed); UsageError naming where it is not."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}): "
+                         f"a {what} is text") from None
+
+
+def read_text(path: Path, what: str, limit: int) -> str:
+    """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes of it."""
+    return decode_text(read_bytes(path, what, limit), path, what)
+
+
+# --- JSON -------------------------------------------------------------------------------------------
+
+_ESCAPES = (b"\\\\", b'\\"')  # escaped backslashes, then escaped quotes: what is left ends no string
+_JSON_STRING = re.compile(rb'"[^"]*"')
+_INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")  # one scan: a pair emptied by it waits for the next
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+
+
+def json_nesting_exceeds(data: bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether JSON text nests containers more than ``limit`` deep, found at C speed: strings removed,
+    then the innermost bracket pairs removed ``limit`` times. Text whose brackets do not pair up says
+    False: the parser then names what is wrong with it."""
+    for escape in _ESCAPES:
+        data = data.replace(escape, b"")
+    brackets = _JSON_STRING.sub(b"", data.translate(None, _NOT_BRACKETS)).replace(b'"', b"")
+    for _ in range(limit):
+        if not brackets:
+            return False
+        inner = _INNERMOST_PAIR.sub(b"", brackets)
+        if len(inner) == len(brackets):
+            return False
+        brackets = inner
+    return bool(brackets)
+
+
+def parse_json(data: bytes | str, path: Path, what: str) -> Any:
+    """JSON text as Python values; UsageError for deeper nesting than MAX_NESTING or broken JSON."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if json_nesting_exceeds(raw):
+        raise UsageError(f"{path}: containers nested more than {MAX_NESTING} deep: not a {what}")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UsageError(f"{path}: not valid JSON ({_reason(exc)}): not a {what}") from None
+
+
+# --- YAML -------------------------------------------------------------------------------------------
+
+_YAML_TAG = "tag:yaml.org,2002:"
+_PLAIN_TAGS = {f"{_YAML_TAG}{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map")}
+_NESTING_EVENTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+
+
+class UntrustedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, further bounded: containers at most MAX_NESTING deep, no aliases, no tags
+    but the plain types', dates left as strings, and a value that cannot be built (``!!int abc``,
+    ``0x_``) a ConstructorError at its line rather than a ValueError."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag != f"{_YAML_TAG}timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.nesting = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise ComposerError(None, None, f"an alias (*{event.anchor}): write the value out instead",
+                                event.start_mark)
+        tag = getattr(event, "tag", None)
+        if tag not in (None, "!") and tag not in _PLAIN_TAGS:
+            raise ComposerError(None, None, f"the tag {_tag_name(tag)}: only plain values are read "
+                                "(strings, numbers, true/false, null, lists, mappings)", event.start_mark)
+        nests = isinstance(event, _NESTING_EVENTS)
+        if nests:
+            self.nesting += 1
+            if self.nesting > MAX_NESTING:
+                raise ComposerError(None, None, f"containers nested more than {MAX_NESTING} deep",
+                                    event.start_mark)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.nesting -= nests
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # PyYAML's builders fail as they may ('!!int' alone: an IndexError)
+            raise ConstructorError(None, None, f"cannot read {shown(node.value)} as "
+                                   f"{_tag_name(node.tag)} ({_reason(exc)})", node.start_mark) from None
+
+
+def yaml_problem(path: Path, exc: yaml.YAMLError) -> UsageError:
+    """A YAML error as one line, 'FILE:LINE: not valid YAML: problem', naming where it started."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        context = ""
+        if exc.context and exc.context_mark is not None and exc.problem:
+            context = f" ({exc.context} started on line {exc.context_mark.line + 1})"
+        return UsageError(f"{path}{line}: not valid YAML: {exc.problem or exc.context}{context}")
+    if isinstance(exc, yaml.reader.ReaderError):
+        return UsageError(f"{path}: not valid YAML: character {exc.character:#x} at offset {exc.position} is "
+                          "not allowed")
+    return UsageError(f"{path}: not valid YAML: {_reason(exc)}")
+
+
+def yaml_root(text: str, path: Path) -> tuple[UntrustedLoader, yaml.Node | None]:
+    """The loader and the composed root node of one YAML document (None when empty), for a reader that
+    wants each value's line; build values with ``loader.construct_object(node)`` inside ``yaml_errors``."""
+    try:
+        loader = UntrustedLoader(text)
+        return loader, loader.get_single_node()
+    except yaml.YAMLError as exc:
+        raise yaml_problem(path, exc) from None
+    except RecursionError:
+        raise UsageError(f"{path}: containers nested too deep: not valid YAML") from None
+
+
+def load_yaml(path: Path, what: str, limit: int = CONFIG_BYTES) -> Any:
+    """The plain values of the YAML file ``path`` (None for an empty one)."""
+    return parse_yaml(read_text(path, what, limit), path)
+
+
+def parse_yaml(text: str, path: Path) -> Any:
+    loader, root = yaml_root(text, path)
+    if root is None:
+        return None
+    try:
+        return loader.construct_document(root)
+    except yaml.YAMLError as exc:
+        raise yaml_problem(path, exc) from None
+    finally:
+        loader.dispose()
+
+
+# --- values in messages -----------------------------------------------------------------------------
+
+def shown(value: Any, width: int = 60) -> str:
+    """A value from a file as a message shows it: its repr, cut to ``width``; a container by its size."""
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} keys"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)} items"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {math.floor(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _too_large(path: Path, what: str, limit: int, found: str = "more") -> UsageError:
+    return UsageError(f"{path}: {found} than the {format_size(limit)} a {what} may hold (docs/limits.md)")
+
+
+def _tag_name(tag: str) -> str:
+    """A tag as it was written: !!binary for YAML's own, !name for a local one."""
+    return "!!" + tag.removeprefix(_YAML_TAG) if tag.startswith(_YAML_TAG) else tag
+
+
+def _reason(exc: BaseException) -> str:
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    line = " ".join(text.split())
+    return line if len(line) <= 120 else line[:117] + "..."
