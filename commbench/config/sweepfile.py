@@ -28,6 +28,7 @@ import yaml
 from commbench.config.options import Declared, build, declared, nested, parse_list
 from commbench.config.sweep import RunConfig, resolve
 from commbench.core.shipped import shipped_file, shipped_names
+from commbench.core.untrusted import CONFIG_BYTES, read_text, shown, yaml_problem, yaml_root
 from commbench.errors import UsageError, did_you_mean
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
@@ -68,25 +69,9 @@ class _SweepFile:
         self.config = config
         self.keys = field_keys(config)
         self.run_wide = run_wide(config)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise UsageError(f"{path}: no such sweep file{_shipped_hint(path)}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}: cannot read the sweep file: {exc}") from None
-        self.loader = yaml.SafeLoader(text)
-        try:
-            self.root = self.loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line = mark.line + 1 if mark is not None else 1
-            context = ""
-            if exc.context and exc.context_mark is not None:
-                context = f" ({exc.context} started on line {exc.context_mark.line + 1})"
-            raise UsageError(f"{path}:{line}: not valid YAML: {exc.problem or exc.context}{context}") \
-                from None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"{path}: not valid YAML: {exc}") from None
+        if not path.exists() and not path.is_symlink():
+            raise UsageError(f"{path}: no such sweep file{_shipped_hint(path)}")
+        self.loader, self.root = yaml_root(read_text(path, "sweep file", CONFIG_BYTES), path)
 
     # --- reading the file ---------------------------------------------------------------------
     def fail(self, node: yaml.Node, text: str) -> UsageError:
@@ -136,7 +121,10 @@ class _SweepFile:
             return self.list_value(option, key, node)
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, f"{key}: expected {_type_name(kind)}, got {_kind(node)}")
-        constructed = self.loader.construct_object(node)
+        try:
+            constructed = self.loader.construct_object(node)
+        except yaml.YAMLError as exc:
+            raise yaml_problem(self.path, exc) from None
         if option.option.parse is not None and isinstance(constructed, str):
             try:
                 return option.option.parse(constructed)
@@ -144,19 +132,19 @@ class _SweepFile:
                 raise self.fail(node, f"{key}: {exc}") from None
         if kind is bool:
             if not isinstance(constructed, bool):
-                raise self.fail(node, f"{key}: expected true or false, got {node.value!r}")
+                raise self.fail(node, f"{key}: expected true or false, got {shown(node.value)}")
             return constructed
         if kind is int:
             if isinstance(constructed, bool) or not isinstance(constructed, int):
-                raise self.fail(node, f"{key}: expected an integer, got {node.value!r}")
+                raise self.fail(node, f"{key}: expected an integer, got {shown(node.value)}")
             return constructed
         if kind is float:
             if isinstance(constructed, bool) or not isinstance(constructed, int | float):
-                raise self.fail(node, f"{key}: expected a number, got {node.value!r}")
+                raise self.fail(node, f"{key}: expected a number, got {shown(node.value)}")
             return float(constructed)
         if kind is str:
             if isinstance(constructed, bool):
-                raise self.fail(node, f"{key}: expected a string, got {node.value!r} (quote it)")
+                raise self.fail(node, f"{key}: expected a string, got {shown(node.value)} (quote it)")
             return node.value  # the text as written: `name: 2024` is the string '2024'
         raise self.fail(node, f"{key}: cannot be set from a sweep file")
 
@@ -188,12 +176,12 @@ class _SweepFile:
                 try:
                     values.append(int(text))
                 except ValueError:
-                    raise self.fail(item_node, f"{key}: expected integers, got {text!r}") from None
+                    raise self.fail(item_node, f"{key}: expected integers, got {shown(text)}") from None
             elif item_kind is float:
                 try:
                     values.append(float(text))
                 except ValueError:
-                    raise self.fail(item_node, f"{key}: expected numbers, got {text!r}") from None
+                    raise self.fail(item_node, f"{key}: expected numbers, got {shown(text)}") from None
             else:
                 values.append(text)
         return values
@@ -224,7 +212,7 @@ class _SweepFile:
             named = entries.get("name")
             if named is not None and named.value:
                 if named.value in names:
-                    raise self.fail(node, f"name: benchmark {named.value!r} is already on line "
+                    raise self.fail(node, f"name: benchmark {shown(named.value)} is already on line "
                                           f"{names[named.value]}")
                 names[named.value] = named.line
             configs.append(self.resolve_one(node, defaults, entries, overrides))
@@ -247,7 +235,7 @@ class _SweepFile:
                 if alone:
                     raise UsageError(f"{self.path}:{located.line}: {located.key}: {alone}") from None
             name = entries["name"].value if "name" in entries else ""
-            label = f"benchmark {name!r}" if name else "benchmark"
+            label = f"benchmark {shown(name)}" if name else "benchmark"
             raise self.fail(node, f"{label}: {problem}") from None
 
     def fails_alone(self, name: str, value: Any) -> str | None:
@@ -278,4 +266,4 @@ def _kind(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return f"{node.value!r}"
+    return shown(node.value)
