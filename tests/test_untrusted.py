@@ -4,6 +4,7 @@ caps on bytes read and inflated; JSON and YAML nesting bounded; YAML plain value
 import gzip
 import json
 import os
+import pickle
 import stat
 import threading
 from pathlib import Path
@@ -14,12 +15,14 @@ from hypothesis import strategies as st
 
 from commbench.core import untrusted
 from commbench.core.untrusted import (
+    MAX_HASHED_VALUES,
     MAX_NESTING,
     inflate,
     json_nesting_exceeds,
     load_yaml,
     parse_json,
     parse_yaml,
+    pickle_nesting_exceeds,
     read_bytes,
     read_text,
     shown,
@@ -170,10 +173,10 @@ def test_any_text_parses_as_yaml_or_gives_one_line(text):
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ("x" * 100, "'" + "x" * 56 + "..."), ([1] * 1000, "a list of 1000 items"),
-    ({"a": 1}, "a mapping of 1 keys"),
-    (10 ** 5000, "an integer of 5001 digits"), (float("nan"), "nan"), (None, "None")],
-    ids=["long-text", "list", "mapping", "huge-integer", "nan", "none"])
+    ("x" * 100, "'" + "x" * 17 + "..." + "x" * 18 + "'"), ([1] * 1000, "[1, 1, 1, 1, 1, 1, ...]"),
+    ([[[[[1]]]]], "[[[[...]]]]"), ({"a": 1}, "{'a': 1}"), (10 ** 5000, "an integer of 5001 digits"),
+    (float("nan"), "nan"), (None, "None")],
+    ids=["long-text", "long-list", "deep-list", "mapping", "huge-integer", "nan", "none"])
 def test_a_value_in_a_message_is_cut_short(value, expected):
     assert shown(value) == expected
 
@@ -186,3 +189,46 @@ def test_a_regular_file_reached_through_a_symlink_is_read(tmp_path: Path):
     assert read_bytes(link, "results file", 10) == b"{}"
     assert stat.S_ISLNK(os.lstat(link).st_mode)
     assert untrusted.file_kind(os.stat(target).st_mode) == "a regular file"
+
+
+def test_a_pickle_whose_tuple_key_would_crash_or_never_hash_is_found_before_unpickling():
+    deep_key = b"\x80\x02}" + b"N" + b"\x85" * 200_000 + b"K\x01s."  # {((((None,),),...): 1}
+    assert pickle_nesting_exceeds(deep_key)
+    shared = (1,)
+    for _ in range(40):  # 2^40 values once hashed, from a few hundred bytes through the memo
+        shared = (shared, shared)
+    for protocol in range(6):
+        assert pickle_nesting_exceeds(pickle.dumps(shared, protocol=protocol)), protocol
+    plain = {"entries": [{"process_group": ("0", "default_pg"), "input_sizes": [[4, 4]]}] * 3,
+             "pg_config": {"0": {"ranks": "[0, 1]"}}}
+    assert not pickle_nesting_exceeds(pickle.dumps(plain, protocol=2))
+
+
+def tuple_depth_and_count(value) -> tuple[int, int]:
+    """What hashing a value walks: tuples nest, anything else ends the walk (a list is unhashable)."""
+    if isinstance(value, tuple):
+        found = [tuple_depth_and_count(item) for item in value]
+        return 1 + max((depth for depth, _ in found), default=0), 1 + sum(count for _, count in found)
+    return 0, 1
+
+
+def deepest_tuple(value) -> int:
+    """The depth of the deepest tuple anywhere in a value."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else []
+    inner = max((deepest_tuple(item) for item in items), default=0)
+    return max(inner, tuple_depth_and_count(value)[0])
+
+
+def plain_values():
+    leaves = st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.floats(allow_nan=False)
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.tuples(inner)
+                        | st.tuples(inner, inner) | st.lists(inner, max_size=4).map(tuple)
+                        | st.dictionaries(st.text(max_size=2), inner, max_size=3), max_leaves=24)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=plain_values(), limit=st.integers(min_value=0, max_value=6), protocol=st.integers(0, 5))
+def test_the_pickle_walk_agrees_with_the_tuples_of_any_plain_value(value, limit, protocol):
+    assert tuple_depth_and_count(value)[1] <= MAX_HASHED_VALUES
+    data = pickle.dumps(value, protocol=protocol)
+    assert pickle_nesting_exceeds(data, limit) == (deepest_tuple(value) > limit)

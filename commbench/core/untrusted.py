@@ -17,8 +17,11 @@ The caps are docs/limits.md's "Files commbench reads".
 import json
 import math
 import os
+import pickletools
 import re
+import reprlib
 import stat
+import struct
 import zlib
 from pathlib import Path
 from typing import Any
@@ -153,6 +156,131 @@ def parse_json(data: bytes | str, path: Path, what: str) -> Any:
         raise UsageError(f"{path}: not valid JSON ({_reason(exc)}): not a {what}") from None
 
 
+# --- pickles ----------------------------------------------------------------------------------------
+
+def _pickle_arguments() -> tuple[dict[int, int], dict[int, str], set[int]]:
+    """Each opcode's argument, from the standard library's table: fixed bytes, a length prefix (its
+    struct format), or text up to a newline."""
+    fixed, sized, to_newline = {}, {}, set()
+    for opcode in pickletools.opcodes:
+        code, width = ord(opcode.code), opcode.arg.n if opcode.arg else 0
+        if width >= 0:
+            fixed[code] = width
+        elif width == pickletools.UP_TO_NEWLINE:
+            to_newline.add(code)
+        else:
+            sized[code] = {pickletools.TAKEN_FROM_ARGUMENT1: "<B", pickletools.TAKEN_FROM_ARGUMENT4: "<i",
+                           pickletools.TAKEN_FROM_ARGUMENT4U: "<I",
+                           pickletools.TAKEN_FROM_ARGUMENT8U: "<Q"}[width]
+    return fixed, sized, to_newline
+
+
+_FIXED_ARGUMENT, _SIZED_ARGUMENT, _LINE_ARGUMENT = _pickle_arguments()
+# a number, text, bytes, None, a boolean, an empty list, dict or set (an empty tuple is a tuple)
+_PUSHES_VALUE = set(b"IJKML\x8a\x8bSTUBC\x8e\x96N\x88\x89V\x8cX\x8dFG]}\x8f")
+_NESTS = set(b")t\x85\x86\x87\x91")  # EMPTY_TUPLE, TUPLE, TUPLE1-3, FROZENSET: hashed item by item
+MAX_HASHED_VALUES = 1_000_000  # values in one tuple or frozenset of a pickle, a shared one each time
+
+
+def pickle_nesting_exceeds(data: bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether a pickle builds a tuple (or frozenset) nested more than ``limit`` deep or holding more
+    than MAX_HASHED_VALUES values, counting a value each time it is shared. Python hashes a tuple (as a
+    dict key, a set member) through its items in C, unguarded: a deep one crashes the process with a
+    segmentation fault that no handler sees, and a small pickle whose tuples share their items (the
+    memo) takes longer than the age of the universe. Other containers cannot be hashed. The opcodes
+    are followed as the unpickler would (its stack and memo, holding each value's depth and count); an
+    opcode the unpickler refuses, or a stream that does not make sense, ends the walk with False: the
+    unpickler then says what is wrong. Pure Python: about ten times the unpickler's own time."""
+    stack: list[tuple[int, int]] = []  # each value's (tuple depth, values in it counting itself)
+    marks: list[int] = []
+    memo: dict[int, tuple[int, int]] = {}
+    position, size = 0, len(data)
+    while position < size:
+        code, start = data[position], position + 1
+        position = start + _argument_length(data, code, start)
+        if code in _PUSHES_VALUE:
+            stack.append((0, 1))
+        elif code == 0x28:  # MARK
+            marks.append(len(stack))
+        elif code in _NESTS:
+            first = (len(stack) - (code - 0x84) if code in (0x85, 0x86, 0x87) else len(stack) if code == 0x29
+                     else marks.pop() if marks else -1)
+            if first < 0:
+                return False
+            items = stack[first:]
+            built = (1 + max((depth for depth, _ in items), default=0), 1 + sum(count for _, count in items))
+            if built[0] > limit or built[1] > MAX_HASHED_VALUES:
+                return True
+            del stack[first:]
+            stack.append(built)
+        elif not _follow_plain(code, data[start:position], stack, marks, memo):
+            return False
+    return False
+
+
+def _argument_length(data: bytes, code: int, start: int) -> int:
+    if code in _FIXED_ARGUMENT:
+        return _FIXED_ARGUMENT[code]
+    if code in _SIZED_ARGUMENT:
+        form = _SIZED_ARGUMENT[code]
+        width = struct.calcsize(form)
+        length = struct.unpack_from(form, data, start)[0] if start + width <= len(data) else -1
+        return width + length if length >= 0 else len(data)  # a negative length: the walk ends
+    if code in _LINE_ARGUMENT:
+        end = data.find(b"\n", start)
+        return len(data) if end < 0 else end + 1 - start
+    return 0
+
+
+def _memo_index(opcode: str, argument: bytes) -> int | None:
+    """The memo slot a GET or PUT names: one byte, four bytes or text, the same slot however written."""
+    if opcode in "gp":
+        text = argument.strip()
+        return int(text) if text.isdigit() else None
+    return int.from_bytes(argument, "little")
+
+
+def _follow_plain(code: int, argument: bytes, stack: list[tuple[int, int]], marks: list[int],
+                  memo: dict[int, tuple[int, int]]) -> bool:
+    """One opcode that builds no tuple, on the depth stack; False where the unpickler stops (STOP, an
+    opcode it refuses) or the stream does not make sense."""
+    opcode = chr(code)
+    if opcode in "ld":  # LIST, DICT: a new container of the items since the mark
+        if not marks:
+            return False
+        del stack[marks.pop():]
+        stack.append((0, 1))
+    elif opcode in "eu\x901":  # APPENDS, SETITEMS, ADDITEMS, POP_MARK
+        if not marks:
+            return False
+        del stack[marks.pop():]
+    elif opcode in "as0":  # APPEND, SETITEM, POP (which may pop a mark)
+        if opcode == "0" and marks and marks[-1] == len(stack):
+            marks.pop()
+            return True
+        taken = 2 if opcode == "s" else 1
+        if len(stack) < taken:
+            return False
+        del stack[-taken:]
+    elif opcode == "2":  # DUP
+        if not stack:
+            return False
+        stack.append(stack[-1])
+    elif opcode in "hjg":  # BINGET, LONG_BINGET, GET
+        index = _memo_index(opcode, argument)
+        if index is None:
+            return False
+        stack.append(memo.get(index, (0, 1)))
+    elif opcode in "qrp\x94":  # BINPUT, LONG_BINPUT, PUT, MEMOIZE
+        index = len(memo) if opcode == "\x94" else _memo_index(opcode, argument)
+        if not stack or index is None:
+            return False
+        memo[index] = stack[-1]
+    else:
+        return opcode in "\x80\x95"  # PROTO and FRAME change nothing; anything else ends the walk
+    return True
+
+
 # --- YAML -------------------------------------------------------------------------------------------
 
 _YAML_TAG = "tag:yaml.org,2002:"
@@ -249,15 +377,17 @@ def parse_yaml(text: str, path: Path) -> Any:
 
 # --- values in messages -----------------------------------------------------------------------------
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 3, 6, 6, 4
+_SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 40
+
+
 def shown(value: Any, width: int = 60) -> str:
-    """A value from a file as a message shows it: its repr, cut to ``width``; a container by its size."""
-    if isinstance(value, dict):
-        return f"a mapping of {len(value)} keys"
-    if isinstance(value, list | tuple):
-        return f"a list of {len(value)} items"
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+    """A value from a file as a message shows it: a short repr ('[1, 2, 3, ...]'), at most ``width``
+    characters, whatever its size or depth."""
+    if isinstance(value, int) and value.bit_length() > 13_000:  # Python turns at most 4300 digits into text
         return f"an integer of {math.floor(value.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(value)
+    text = _SHORT.repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

@@ -1,21 +1,29 @@
 """Reading recordings: which files, which format, which rank, safely.
 
-Invariants: nothing from a file is ever executed. Pickles go through PlainDataUnpickler, which refuses
+Invariants: nothing from a file is ever executed; files are opened, capped and inflated as untrusted
+(core/untrusted.py), JSON nesting bounded. Pickles go through PlainDataUnpickler, which refuses
 every class and function (so only dicts, lists, tuples, strings, numbers, booleans and None come out);
 JSON is parsed by the json module. The format is told from the content, never from the file name. Every
 problem is one UsageError naming the file.
 """
 
 import glob
-import gzip
 import io
-import json
 import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from commbench.core.untrusted import (
+    MAX_HASHED_VALUES,
+    MAX_NESTING,
+    RECORDING_BYTES,
+    inflate,
+    parse_json,
+    pickle_nesting_exceeds,
+    read_bytes,
+)
 from commbench.errors import UsageError
 from commbench.replay import chrome, flight
 from commbench.replay.model import Trace
@@ -37,6 +45,9 @@ class PlainDataUnpickler(pickle.Unpickler):
 
 
 def load_plain_pickle(data: bytes, path: Path) -> Any:
+    if pickle_nesting_exceeds(data):
+        raise UsageError(f"{path}: refused to load: tuples nested more than {MAX_NESTING} deep or holding "
+                         f"more than {MAX_HASHED_VALUES:,} values (hashing them would crash or never end)")
     try:
         return PlainDataUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
@@ -74,7 +85,7 @@ def expand(sources: list[str]) -> list[Path]:
             if not matched:
                 raise UsageError(f"{source}: no file matches")
             found.extend(matched)
-        elif path.is_file():
+        elif path.exists():  # a path given by name is read, or named for what it is (a FIFO, a device)
             found.append(path)
         else:
             raise UsageError(f"{source}: no such file or directory")
@@ -91,15 +102,8 @@ def _rank_from_name(path: Path) -> int | None:
 
 def _decode(path: Path) -> tuple[str, dict]:
     """(format, payload) from the bytes, whatever the file is called."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if data[:2] == b"\x1f\x8b":  # gzip, as torch.profiler writes *.json.gz
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, ValueError) as exc:
-            raise UsageError(f"{path}: truncated or corrupt gzip file ({exc})") from None
+    # gzip, as torch.profiler writes *.json.gz, inflated up to the same cap
+    data = inflate(read_bytes(path, "recording", RECORDING_BYTES), path, "recording", RECORDING_BYTES)
     if not data.strip():
         raise UsageError(f"{path}: the file is empty")
     if data[:1] == b"\x80":  # pickle protocol 2 and later: what torch's Flight Recorder writes
@@ -107,12 +111,9 @@ def _decode(path: Path) -> tuple[str, dict]:
         if isinstance(payload, dict) and "entries" in payload:
             return FLIGHT_RECORDER, payload
         raise UsageError(f"{path}: a pickle, but not a Flight Recorder dump (no 'entries')")
-    try:
-        payload = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        if data.lstrip()[:1] in (b"{", b"["):
-            raise UsageError(f"{path}: truncated or corrupt JSON ({exc})") from None
-        raise UsageError(f"{path}: not a Flight Recorder dump or a torch.profiler trace") from None
+    if data.lstrip()[:1] not in (b"{", b"["):
+        raise UsageError(f"{path}: not a Flight Recorder dump or a torch.profiler trace")
+    payload = parse_json(data, path, "Flight Recorder dump or torch.profiler trace")
     if isinstance(payload, dict) and "traceEvents" in payload:
         return PROFILER, payload
     if isinstance(payload, dict) and "entries" in payload:
