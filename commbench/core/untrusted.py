@@ -38,6 +38,8 @@ CONFIG_BYTES = 16 * MiB  # a sweep file, a model file, an --expect or baselines 
 RESULTS_BYTES = 1024 * MiB  # a saved run's results.json or results.csv
 RECORDING_BYTES = 1024 * MiB  # a Flight Recorder dump or a profiler trace, as stored and once inflated
 MAX_NESTING = 64  # containers inside one another in a JSON or YAML file (commbench's own reach 6)
+MAX_RECORDED_RANKS = 1 << 20  # ranks a recording may name (a rank, a world size, a group's member)
+INT64 = 1 << 63  # a whole number from a file is below 2^63 in size: pandas' Int64, torch's counts
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
@@ -373,6 +375,32 @@ def parse_yaml(text: str, path: Path) -> Any:
         raise yaml_problem(path, exc) from None
     finally:
         loader.dispose()
+
+
+# --- values ----------------------------------------------------------------------------------------
+
+_WHOLE_NUMBER_TEXT = re.compile(r"-?[0-9]{1,19}")  # ASCII: '²'.isdigit() is True, int('²') fails
+
+
+def whole_number(value: Any, minimum: int = -INT64, below: int = INT64) -> int | None:
+    """A whole number from a file: an int, or text of ASCII digits (some writers give numbers as
+    text), within [minimum, below); None for anything else (a float, a list, 'NaN', '²', 10^30)."""
+    if isinstance(value, str) and _WHOLE_NUMBER_TEXT.fullmatch(value.strip()):
+        value = int(value)
+    if type(value) is int and minimum <= value < below:
+        return value
+    return None
+
+
+def finite_number(value: Any) -> float | None:
+    """A number from a file as a float when it is one and finite; None otherwise (NaN, a string)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond a float's range
+            return None
+        return number if math.isfinite(number) else None
+    return None
 
 
 # --- values in messages -----------------------------------------------------------------------------

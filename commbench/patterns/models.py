@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from commbench.core.shipped import configs_dir, shipped_file
-from commbench.core.untrusted import load_yaml, shown
+from commbench.core.untrusted import INT64, load_yaml, shown
 from commbench.core.words import plural
 from commbench.errors import UsageError, did_you_mean
 
-INT64 = 1 << 63  # a dimension, as torch holds it
 _UNIT_KEYS = ("name", "params", "repeat", "root")
 _TOP_KEYS = ("name", "description", "dims", "units")
 _DIM_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "context", "experts", "top_k")

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from commbench.core.untrusted import INT64, MAX_RECORDED_RANKS, finite_number, shown, whole_number
 from commbench.errors import UsageError
 from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace
 
@@ -45,9 +46,9 @@ class EntryError(ValueError):
 def _shapes(entry: dict, key: str) -> tuple[Shape, ...]:
     value = entry.get(key)
     if not isinstance(value, list) or not all(
-            isinstance(shape, list) and all(isinstance(part, int) and part >= 0 for part in shape)
+            isinstance(shape, list) and all(type(part) is int and 0 <= part < INT64 for part in shape)
             for shape in value):
-        raise EntryError(f"{key} is not a list of shapes")
+        raise EntryError(f"{key} is not a list of shapes (whole numbers from 0 to 2^63 - 1)")
     return tuple(tuple(shape) for shape in value)
 
 
@@ -60,11 +61,10 @@ def _strings(entry: dict, key: str) -> list[str]:
 
 def _integer(entry: dict, key: str, default: int | None = None) -> int | None:
     value = entry.get(key, default)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():  # the JSON dump writes some as text
-        return int(value)
-    raise EntryError(f"{key} is not an integer")
+    number = whole_number(value)  # the JSON dump writes some as text
+    if value is None or number is not None:
+        return number
+    raise EntryError(f"{key} is {shown(value)}, not a whole number below 2^63")
 
 
 def _group(entry: dict) -> tuple[str, str]:
@@ -81,16 +81,13 @@ def _split_name(profiling_name: str) -> tuple[str, int | None]:
     head, _, meta = name.partition(" ")
     arrow = {"send": "->", "recv": "<-"}.get(head)
     if arrow and arrow in meta:
-        peer = meta.split(arrow, 1)[1].strip()
-        return head, int(peer) if peer.isdigit() else None
+        return head, whole_number(meta.split(arrow, 1)[1], 0, MAX_RECORDED_RANKS)
     return head, None
 
 
 def _duration_us(entry: dict) -> float | None:
-    value = entry.get("duration_ms")
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value) * 1e3
-    return None
+    value = finite_number(entry.get("duration_ms"))
+    return value * 1e3 if value is not None and value >= 0 else None
 
 
 def parse_entry(entry: Any, rank: int, position: int, skipped: Counter) -> RecordedOp | None:
@@ -134,11 +131,12 @@ def _recorded_members(pg_config: Any) -> dict[str, tuple[int, ...]]:
             continue
         try:
             ranks = json.loads(item["ranks"])  # a list written as text: '[0, 1]'
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        group = str(item.get("name") or name)
+        group = item.get("name") or name
         # gloo's dumps (torch 2.13) hold one unnamed entry that describes no group
-        if group and isinstance(ranks, list) and ranks and all(isinstance(r, int) for r in ranks):
+        if group and isinstance(group, str) and isinstance(ranks, list) and ranks and all(
+                type(rank) is int and 0 <= rank < MAX_RECORDED_RANKS for rank in ranks):
             found[group] = tuple(sorted(ranks))
     return found
 

@@ -18,11 +18,13 @@ from typing import Any
 from commbench.core.untrusted import (
     MAX_HASHED_VALUES,
     MAX_NESTING,
+    MAX_RECORDED_RANKS,
     RECORDING_BYTES,
     inflate,
     parse_json,
     pickle_nesting_exceeds,
     read_bytes,
+    shown,
 )
 from commbench.errors import UsageError
 from commbench.replay import chrome, flight
@@ -31,7 +33,7 @@ from commbench.replay.model import Trace
 FLIGHT_RECORDER = "flight-recorder"
 FLIGHT_RECORDER_JSON = "flight-recorder-json"
 PROFILER = "profiler"
-_TRAILING_NUMBER = re.compile(r"(\d+)$")  # the rank, as torch's fr_trace analyzer reads file names
+_TRAILING_NUMBER = re.compile(r"([0-9]+)$")  # the rank, as torch's fr_trace analyzer reads file names
 
 
 class PlainDataUnpickler(pickle.Unpickler):
@@ -97,7 +99,7 @@ def _rank_from_name(path: Path) -> int | None:
     for suffix in (".gz", ".json", ".pkl", ".pickle"):
         stem = stem.removesuffix(suffix)
     found = _TRAILING_NUMBER.search(stem)
-    return int(found.group(1)) if found else None
+    return int(found.group(1)) if found else None  # ASCII digits of a file name: at most 255 of them
 
 
 def _decode(path: Path) -> tuple[str, dict]:
@@ -130,6 +132,9 @@ def read_rank_file(path: Path) -> RankFile:
     if rank is None:
         raise UsageError(f"{path}: cannot tell which rank recorded it: the file name does not end in the "
                          "rank (torch writes PREFIX<rank>)")
+    if rank >= MAX_RECORDED_RANKS:
+        raise UsageError(f"{path}: rank {shown(rank)} is beyond the {MAX_RECORDED_RANKS:,} ranks a recording "
+                         "may have (docs/limits.md)")
     return RankFile(path, kind, rank, payload)
 
 

@@ -15,11 +15,9 @@ from pathlib import Path
 from types import NoneType
 from typing import Any, get_args, get_origin
 
-from commbench.core.untrusted import RESULTS_BYTES, decode_text, parse_json, read_bytes, shown
+from commbench.core.untrusted import INT64, RESULTS_BYTES, decode_text, parse_json, read_bytes, shown
 from commbench.errors import UsageError
 from commbench.results.model import Row
-
-INT64 = 1 << 63  # a count or size is a whole number below 2^63: pandas' Int64, torch's element counts
 
 
 @dataclass
