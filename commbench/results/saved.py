@@ -253,6 +253,21 @@ def expand_paths(paths: str | Path | Iterable[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def files_read(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    """Every file that reading ``paths`` would open: each results file (a directory's results.json),
+    and the JSON beside a CSV (its metadata). What a command writes must be none of them."""
+    found: list[Path] = []
+    for path in expand_paths(paths):
+        try:
+            path = run_file(path) if path.is_dir() else path
+        except UsageError:
+            continue  # reading it says why
+        found.append(path)
+        if path.suffix.lower() == ".csv" and path.with_suffix(".json").exists():
+            found.append(path.with_suffix(".json"))
+    return found
+
+
 def load_runs(paths: str | Path | Iterable[str | Path]) -> list[SavedRun]:
     """Every run the paths name (see expand_paths), each file read and checked before any is used."""
     return [load_run(path) for path in expand_paths(paths)]
