@@ -28,7 +28,15 @@ import yaml
 from commbench.config.options import Declared, build, declared, nested, parse_list
 from commbench.config.sweep import RunConfig, resolve
 from commbench.core.shipped import shipped_file, shipped_names
-from commbench.core.untrusted import CONFIG_BYTES, read_text, shown, yaml_problem, yaml_root
+from commbench.core.untrusted import (
+    CONFIG_BYTES,
+    finite_number,
+    present,
+    read_text,
+    shown,
+    yaml_problem,
+    yaml_root,
+)
 from commbench.errors import UsageError, did_you_mean
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
@@ -58,7 +66,7 @@ def load_sweep(path: str | Path, overrides: dict[str, Any], config: type = RunCo
     options to it); ``overrides`` holds the fields the user typed. UsageError, with file and line, on any
     problem."""
     found = Path(path)
-    if not found.exists():  # a bare name such as `smoke` is one of the sweep files commbench ships
+    if not present(found):  # a bare name such as `smoke` is one of the sweep files commbench ships
         found = shipped_file(str(path)) or found
     return _SweepFile(found, config).configs(overrides)
 
@@ -69,7 +77,7 @@ class _SweepFile:
         self.config = config
         self.keys = field_keys(config)
         self.run_wide = run_wide(config)
-        if not path.exists() and not path.is_symlink():
+        if not present(path) and not path.is_symlink():
             raise UsageError(f"{path}: no such sweep file{_shipped_hint(path)}")
         self.loader, self.root = yaml_root(read_text(path, "sweep file", CONFIG_BYTES), path)
 
@@ -88,7 +96,7 @@ class _SweepFile:
                 raise self.fail(key_node, f"{what}: a key must be a plain name")
             key = key_node.value
             if key in seen:
-                raise self.fail(key_node, f"{key}: repeated key (first on line {seen[key]})")
+                raise self.fail(key_node, f"{_key(key)}: repeated key (first on line {seen[key]})")
             seen[key] = key_node.start_mark.line + 1
             pairs.append((key, key_node, value_node))
         return pairs
@@ -98,7 +106,7 @@ class _SweepFile:
         for key, key_node, value_node in self.mapping(node, what):
             option = self.keys.get(key)
             if option is None:
-                raise self.fail(key_node, f"{key}: unknown key{did_you_mean(key, sorted(self.keys))}")
+                raise self.fail(key_node, f"{_key(key)}: unknown key{did_you_mean(key, sorted(self.keys))}")
             field = option.name
             if field in found:
                 raise self.fail(key_node, f"{key}: sets {field} again (already set by "
@@ -141,6 +149,8 @@ class _SweepFile:
         if kind is float:
             if isinstance(constructed, bool) or not isinstance(constructed, int | float):
                 raise self.fail(node, f"{key}: expected a number, got {shown(node.value)}")
+            if isinstance(constructed, int) and finite_number(constructed) is None:
+                raise self.fail(node, f"{key}: {shown(constructed)} is beyond a number's range")
             return float(constructed)
         if kind is str:
             if isinstance(constructed, bool):
@@ -196,7 +206,7 @@ class _SweepFile:
                 hint = did_you_mean(key, list(TOP_LEVEL_KEYS))
                 if not hint and key in self.keys:
                     hint = " (settings go under defaults: or in a benchmark)"
-                raise self.fail(key_node, f"{key}: unknown top-level key{hint}; "
+                raise self.fail(key_node, f"{_key(key)}: unknown top-level key{hint}; "
                                           f"expected {', '.join(TOP_LEVEL_KEYS)}")
         defaults = self.entries(top["defaults"][1], "defaults", in_benchmark=False) \
             if "defaults" in top else {}
@@ -255,6 +265,11 @@ def _shipped_hint(path: Path) -> str:
     if close:
         return f" (did you mean `commbench sweep {close[0]}`? shipped sweeps run by bare name)"
     return f"; the shipped sweeps are {', '.join(names)}" if names else ""
+
+
+def _key(key: str) -> str:
+    """A key as a message shows it: as written when printable, else quoted ('\\n')."""
+    return key if key.isprintable() and key.strip() == key and key else shown(key)
 
 
 def _type_name(kind: Any) -> str:

@@ -7,14 +7,13 @@ starts; every number is finite; a loaded Baseline never changes. GB/s figures ar
 second in one direction, as busbw is.
 """
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from commbench.core.shipped import configs_dir
 from commbench.core.sizes import parse_size
-from commbench.core.untrusted import load_yaml, shown
+from commbench.core.untrusted import finite_number, load_yaml, present, shown
 from commbench.errors import UsageError, did_you_mean
 
 PASS_PCT = 90.0  # a row at or above this % of its expected busbw passes ...
@@ -113,9 +112,10 @@ def _load_yaml(path: Path) -> dict[str, Any]:
 
 
 def _number(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+    number = finite_number(value)
+    if number is None or number <= 0:
         raise UsageError(f"{path}: {where}: expected a finite number above 0, got {shown(value)}")
-    return float(value)
+    return number
 
 
 def _size(path: Path, where: str, value: Any) -> int:
@@ -202,7 +202,7 @@ def load_baselines(path: Path | None = None) -> Baselines:
 def resolve_expect(spec: str) -> Baseline:
     """--expect: a YAML file holding one baseline, or the name of a shipped one."""
     path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
+    if path.suffix in (".yaml", ".yml") or present(path):
         return parse_baseline(path, "", _load_yaml(path))
     shipped = load_baselines().baselines
     if spec not in shipped:

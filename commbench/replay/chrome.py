@@ -208,7 +208,8 @@ def _groups(payloads: dict[int, tuple[Path, dict]], world_size: int) -> dict[str
     groups: dict[str, RecordedGroup] = {}
     for _, payload in payloads.values():
         info = payload.get("distributedInfo")
-        for item in (info.get("pg_config") if isinstance(info, dict) else None) or []:
+        listed = info.get("pg_config") if isinstance(info, dict) else None
+        for item in listed if isinstance(listed, list) else []:
             if not isinstance(item, dict):
                 continue
             ranks = item.get("ranks")
