@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commbench.core.sizes import parse_size
-from commbench.core.untrusted import CONFIG_BYTES, parse_yaml, read_text, shown
+from commbench.core.untrusted import CONFIG_BYTES, parse_yaml, present, read_text, shown
 from commbench.core.words import plural
 from commbench.errors import UsageError
 
@@ -64,7 +64,7 @@ def parse_splits(text: str) -> SplitSpec:
 
 
 def _load_matrix(path: Path) -> tuple[tuple[int, ...], ...]:
-    if not path.exists():
+    if not present(path):
         raise UsageError(f"splits file {path}: no such file")
     content = read_text(path, "splits file", CONFIG_BYTES)
     if path.suffix.lower() in _YAML_SUFFIXES:

@@ -51,6 +51,26 @@ def file_kind(mode: int) -> str:
     return "a regular file" if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
+def present(path: Path) -> bool:
+    """Whether something is at ``path``. Where looking fails for another reason than its absence (a
+    name too long, no permission), True: the reader goes on and says why it cannot read it."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
+
+
+def is_directory(path: Path) -> bool:
+    """Whether ``path`` is a directory; False where looking fails (a name too long: not a directory)."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def read_bytes(path: Path, what: str, limit: int) -> bytes:
     """The bytes of the regular file ``path`` (a ``what``: 'results file'), at most ``limit`` of them."""
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.core.shipped import configs_dir, shipped_file
-from commbench.core.untrusted import INT64, load_yaml, shown
+from commbench.core.untrusted import INT64, load_yaml, present, shown
 from commbench.core.words import plural
 from commbench.errors import UsageError, did_you_mean
 
@@ -142,13 +142,13 @@ def load_model(spec: str, layers: int | None = None) -> ModelSpec:
     if layers is not None and layers < 1:
         raise UsageError(f"--layers {layers} must be at least 1")
     path = Path(spec)
-    if path.suffix not in (".yaml", ".yml") and not path.exists():
+    if path.suffix not in (".yaml", ".yml") and not present(path):
         presets = preset_names()
         if spec not in presets:
             raise UsageError(f"unknown model {spec!r}{did_you_mean(spec, presets)}: give a preset "
                              f"({', '.join(presets) or 'none found'}) or a YAML file of units")
         path = shipped_file(spec, "models") or path
-    if not path.exists():
+    if not present(path):
         raise UsageError(f"model spec {spec}: no such file")
     document = load_yaml(path, "model file")
     return parse_model(document, str(path), default_name=path.stem).cut(layers)

@@ -21,8 +21,10 @@ from commbench.core.untrusted import (
     MAX_RECORDED_RANKS,
     RECORDING_BYTES,
     inflate,
+    is_directory,
     parse_json,
     pickle_nesting_exceeds,
+    present,
     read_bytes,
     shown,
 )
@@ -77,7 +79,7 @@ def expand(sources: list[str]) -> list[Path]:
     found: list[Path] = []
     for source in sources:
         path = Path(source)
-        if path.is_dir():
+        if is_directory(path):
             files = [child for child in path.iterdir() if child.is_file() and not child.name.startswith(".")]
             if not files:
                 raise UsageError(f"{source}: the directory holds no trace files")
@@ -87,7 +89,7 @@ def expand(sources: list[str]) -> list[Path]:
             if not matched:
                 raise UsageError(f"{source}: no file matches")
             found.extend(matched)
-        elif path.exists():  # a path given by name is read, or named for what it is (a FIFO, a device)
+        elif present(path):  # a path given by name is read, or named for what it is (a FIFO, a device)
             found.append(path)
         else:
             raise UsageError(f"{source}: no such file or directory")

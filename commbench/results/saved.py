@@ -15,7 +15,16 @@ from pathlib import Path
 from types import NoneType
 from typing import Any, get_args, get_origin
 
-from commbench.core.untrusted import INT64, RESULTS_BYTES, decode_text, parse_json, read_bytes, shown
+from commbench.core.untrusted import (
+    INT64,
+    RESULTS_BYTES,
+    decode_text,
+    is_directory,
+    parse_json,
+    present,
+    read_bytes,
+    shown,
+)
 from commbench.errors import UsageError
 from commbench.results.model import Row
 
@@ -190,7 +199,7 @@ def _read_csv(path: Path) -> SavedRun:
     meta: dict[str, Any] = {}
     beside = path.with_suffix(".json")  # the metadata of `X.csv` is in the `X.json` written with it
     try:
-        meta = _read_json(beside).meta if beside.is_file() else {}
+        meta = _read_json(beside).meta if present(beside) else {}
     except (OSError, ValueError, KeyError, TypeError, UsageError):
         meta = {}  # the rows are what was asked for; a damaged JSON beside them only costs the metadata
     if not meta and rows:
@@ -202,7 +211,7 @@ def run_file(directory: Path) -> Path:
     """The results.json a directory stands for: its own (a run directory), or that of the one run
     directory under it (an --output-dir that holds one run). UsageError when it holds none or several."""
     own = directory / "results.json"
-    if own.exists():
+    if present(own):
         return own
     found = sorted(directory.glob("*/results.json"))
     if len(found) == 1:
@@ -219,7 +228,7 @@ def load_run(path: str | Path) -> SavedRun:
     only; the metadata comes from the JSON of the same name beside it, if any), a run directory, or an
     output directory holding one run directory."""
     path = Path(path)
-    if path.is_dir():
+    if is_directory(path):
         path = run_file(path)
     kind = "results.csv" if path.suffix.lower() == ".csv" else "results.json"
     try:
@@ -243,7 +252,7 @@ def expand_paths(paths: str | Path | Iterable[str | Path]) -> list[Path]:
     found: list[Path] = []
     for item in given:
         text = str(item)
-        if Path(text).exists() or not any(character in text for character in "*?["):
+        if present(Path(text)) or not any(character in text for character in "*?["):
             found.append(Path(text))
             continue
         matches = sorted(glob.glob(text, recursive=True))
@@ -259,11 +268,11 @@ def files_read(paths: str | Path | Iterable[str | Path]) -> list[Path]:
     found: list[Path] = []
     for path in expand_paths(paths):
         try:
-            path = run_file(path) if path.is_dir() else path
+            path = run_file(path) if is_directory(path) else path
         except UsageError:
             continue  # reading it says why
         found.append(path)
-        if path.suffix.lower() == ".csv" and path.with_suffix(".json").exists():
+        if path.suffix.lower() == ".csv" and present(path.with_suffix(".json")):
             found.append(path.with_suffix(".json"))
     return found
 

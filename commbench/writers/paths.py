@@ -19,14 +19,14 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from commbench.core.untrusted import file_kind
+from commbench.core.untrusted import file_kind, is_directory, present
 from commbench.errors import UsageError
 
 
 def check_directory(flag: str, directory: Path, what: str = "results") -> None:
     """UsageError when ``what`` cannot be written in ``directory`` (which may not exist yet)."""
-    existing = next(part for part in (directory, *directory.parents) if part.exists() or part == part.parent)
-    if not existing.is_dir():
+    existing = next(part for part in (directory, *directory.parents) if present(part) or part == part.parent)
+    if not is_directory(existing):
         raise UsageError(f"{flag}: {existing} is a file, not a directory")
     try:
         with tempfile.TemporaryFile(dir=existing):
@@ -113,9 +113,9 @@ def files_named(argv: Iterable[str], skip: Iterable[str] = ()) -> list[Path]:
     for token in tokens:
         for match in (glob.glob(token) if glob.has_magic(token) else [token]):
             path = Path(match)
-            if path.is_dir():
+            if is_directory(path):
                 found.extend(child for child in path.iterdir() if not child.name.startswith("."))
-            elif path.exists():
+            elif present(path):
                 found.append(path)
     return found
 
