@@ -232,3 +232,12 @@ def test_old_rows_written_by_commbench_still_load(tmp_path):
     frame = commbench.load(path)
     assert frame["time_us_p50"].tolist() == [10.0]
     assert asdict(commbench.results.saved.load_run(path.with_suffix(".csv")).rows[0])["busbw_gbps"] == 0.1
+
+
+@pytest.mark.parametrize("name", [*READERS, "--output-dir", "--json", "report -o"])
+def test_a_path_too_long_to_look_at_is_one_line(name, tmp_path, capsys):
+    long = tmp_path / ("a" * 300 + SUFFIXES.get(name, ".json"))  # past the file system's 255 a name
+    argv = {"--output-dir": ["--output-dir", str(long / "runs")], "--json": ["--json", str(long)],
+            "report -o": ["report", str(saved_run(tmp_path / "run.json")), "-o", str(long)]}.get(name)
+    line = one_line_usage_error(capsys, *(argv or arguments(name, long, tmp_path)))
+    assert "a" * 100 in line
