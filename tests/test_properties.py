@@ -44,6 +44,7 @@ from commbench.replay.mapping import map_trace
 from commbench.replay.validate import validate
 from commbench.results.frame import runs_frame
 from commbench.results.saved import load_run
+from commbench.writers.files import readable_json
 from tests.test_hostile_inputs import saved_run
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -158,7 +159,12 @@ def test_any_option_value_is_a_value_or_one_line(option, text, data):
 
 @pytest.fixture(scope="module")
 def written_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return json.loads(saved_run(tmp_path_factory.mktemp("written") / "run.json").read_text())
+    """A run written by commbench's writer, with this host's hardware record as a run records it."""
+    from commbench.provenance.hardware import probe_host
+
+    payload = json.loads(saved_run(tmp_path_factory.mktemp("written") / "run.json").read_text())
+    payload["meta"]["hardware"] = json.loads(readable_json({"node0": probe_host()}))
+    return payload
 
 
 def use_saved(run) -> None:
@@ -181,7 +187,7 @@ def test_a_damaged_results_file_loads_and_is_used_or_is_one_line(written_run, tm
         use_saved(run)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), value=HOSTILE)
 def test_a_damaged_results_file_makes_a_report_page_or_is_one_line(written_run, tmp_path_factory, data,
                                                                     value):
