@@ -101,8 +101,8 @@ def test_a_fifo_is_written_through_when_read_and_named_when_nobody_reads_it(tmp_
 def test_outputs_refuse_what_cannot_take_them_in_one_line(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(UsageError, match="is a FIFO .*: results is rewritten whole as it grows"):
-        check_file("--json", fifo, rewritten=True)
+    with pytest.raises(UsageError, match="is a FIFO .*: results.json is rewritten whole as it grows"):
+        check_file("--json", fifo, "results.json", rewritten=True)
     check_file("--csv", fifo)  # a CSV is streamed: a FIFO takes it
     import socket
 

@@ -101,7 +101,7 @@ def check_output_location(setup: LaunchConfig) -> None:
     command line names as an input."""
     exact = exact_files(setup)
     for flag, path in exact:
-        check_file(flag, path, rewritten=flag == "--json")
+        check_file(flag, path, "results.json" if flag == "--json" else "results", rewritten=flag == "--json")
     if len(exact) == 2 and os.path.realpath(exact[0][1]) == os.path.realpath(exact[1][1]):
         raise UsageError(f"--csv and --json both name {exact[0][1]}: give each its own file")
     inputs = files_named(setup.argv, skip=OUTPUT_OPTIONS)
