@@ -22,7 +22,9 @@ results and a real job's Flight Recorder dumps to copy and damage.
 import argparse
 import gzip
 import hashlib
+import json
 import os
+import pickle
 import resource
 import shutil
 import signal
@@ -54,6 +56,8 @@ class Invocation:
     special: list[Path] = field(default_factory=list)  # special files that must stay special
     timeout: float = DEFAULT_TIMEOUT_S
     during: Callable[[subprocess.Popen], None] | None = None
+    after: Callable[[], str | None] | None = None  # a problem it left behind, in words; None if none
+    umask: int | None = None  # the umask the command runs under
     skip: str = ""  # why the case cannot run here
 
 
@@ -109,8 +113,9 @@ class Work:
         shutil.copytree(self.saved_run(), target)
         return target
 
-    def recording(self) -> Path:
-        """A directory of a real two-rank DDP job's Flight Recorder dumps (scripts/record_example.py)."""
+    def recording(self, which: str = "ddp") -> Path:
+        """A directory of a real two-rank job's recording (scripts/record_example.py): DDP's Flight
+        Recorder dumps ("ddp") or FSDP2's profiler traces ("fsdp2")."""
         if "recording" not in self._made:
             where = self.root / "made" / "recording"
             done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -119,12 +124,12 @@ class Work:
                                   stdin=subprocess.DEVNULL, timeout=600)
             if done.returncode != 0:
                 raise SystemExit(f"could not record a real job: {done.stderr[-2000:]}")
-            self._made["recording"] = where / "ddp"
-        return self._made["recording"]
+            self._made["recording"] = where
+        return self._made["recording"] / which
 
-    def copy_of_recording(self) -> Path:
-        target = self.tmp / "recording"
-        shutil.copytree(self.recording(), target)
+    def copy_of_recording(self, which: str = "ddp") -> Path:
+        target = self.tmp / which
+        shutil.copytree(self.recording(which), target)
         return target
 
     def fifo(self, name: str) -> Path:
@@ -180,7 +185,24 @@ def gzip_bomb(inflated: int) -> bytes:
     return member * (inflated // (64 << 20))
 
 
-# --- the cases --------------------------------------------------------------------------------------
+# --- the cases: files commbench reads --------------------------------------------------------------
+
+def with_row(run: Path, **changes) -> Path:
+    """The run's results.json with its first row changed (as json.dumps writes NaN and infinity)."""
+    path = run / "results.json"
+    payload = json.loads(path.read_text())
+    payload["rows"][0].update(changes)
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def with_meta(run: Path, **changes) -> Path:
+    path = run / "results.json"
+    payload = json.loads(path.read_text())
+    payload["meta"].update(changes)
+    path.write_text(json.dumps(payload))
+    return path
+
 
 def compare_fifo(work: Work) -> Invocation:
     return commbench("compare", work.fifo("base.json"), work.fifo("new.json"), timeout=60)
@@ -201,13 +223,45 @@ def load_fifo(work: Work) -> Invocation:
     return python("import commbench\ncommbench.load(sys.argv[1])", work.fifo("results.json"), timeout=60)
 
 
+def load_deep_json(work: Work) -> Invocation:
+    return python("import commbench\ncommbench.load(sys.argv[1])", work.write("deep.json", deep_json()),
+                  timeout=60)
+
+
 def compare_deep_json(work: Work) -> Invocation:
     return commbench("compare", work.write("a.json", deep_json()), work.write("b.json", deep_json()),
                      timeout=60)
 
 
+def compare_long_path(work: Work) -> Invocation:
+    return commbench("compare", work.tmp / ("a" * 300 + ".json"), work.write("b.json", "{}"), timeout=60)
+
+
+def plot_infinite_time(work: Work) -> Invocation:
+    return commbench("plot", with_row(work.copy_of_run(), time_us_p50=float("inf")), "-o", work.tmp / "p.png")
+
+
+def report_infinite_time(work: Work) -> Invocation:
+    bad = with_row(work.copy_of_run(), time_us_p50=float("inf"))
+    return commbench("report", bad, "-o", work.tmp / "r.html")
+
+
+def compare_huge_size(work: Work) -> Invocation:
+    first = with_row(work.copy_of_run("a"), size_bytes=10 ** 30)
+    return commbench("compare", first, work.copy_of_run("b") / "results.json", timeout=60)
+
+
+def report_wrong_meta(work: Work) -> Invocation:
+    return commbench("report", with_meta(work.copy_of_run(), hostnames=[1, "a"], versions={"nccl": [2]}),
+                     "-o", work.tmp / "r.html")
+
+
 def sweep_fifo(work: Work) -> Invocation:
     return commbench("sweep", work.fifo("sweep.yaml"), timeout=60)
+
+
+def sweep_dev_zero(work: Work) -> Invocation:
+    return commbench("sweep", "/dev/zero", timeout=60)
 
 
 def sweep_deep_yaml(work: Work) -> Invocation:
@@ -223,11 +277,132 @@ def sweep_tag_on_plain_value(work: Work) -> Invocation:
 
 
 def sweep_impossible_date(work: Work) -> Invocation:
-    return commbench("sweep", work.write("sweep.yaml", "benchmarks:\n  - name: 2024-13-45\n"), timeout=60)
+    return commbench("sweep", work.write("sweep.yaml", "benchmarks:\n  - name: 2024-13-45\n    iters: x\n"),
+                     timeout=60)
+
+
+def sweep_python_object(work: Work) -> Invocation:
+    marker = work.tmp / "ran"
+    text = f"benchmarks:\n  - name: !!python/object/apply:os.system ['touch {marker}']\n"
+    return commbench("sweep", work.write("sweep.yaml", text), timeout=60,
+                     after=lambda: "the YAML ran a command" if marker.exists() else None)
+
+
+def model_fifo(work: Work) -> Invocation:
+    return commbench("pattern", "fsdp", "--model", work.fifo("model.yaml"), timeout=60)
+
+
+def model_deep_yaml(work: Work) -> Invocation:
+    model = work.write("model.yaml", "units: " + "[" * 5000 + "]" * 5000)
+    return commbench("pattern", "fsdp", "--model", model, timeout=60)
+
+
+def expect_fifo(work: Work) -> Invocation:
+    return commbench("--expect", work.fifo("expect.yaml"), timeout=60)
+
+
+def expect_nan(work: Work) -> Invocation:
+    return commbench("--expect", work.write("expect.yaml", "expect: [{busbw_gbps: .nan}]\n"), timeout=60)
+
+
+def splits_fifo(work: Work) -> Invocation:
+    return commbench("--collective", "all_to_allv", "--splits", work.fifo("splits.csv"), timeout=60)
+
+
+def splits_huge_entry(work: Work) -> Invocation:
+    return commbench("--collective", "all_to_allv", "--splits",
+                     work.write("splits.csv", "0,4K\n" + "9" * 400 + ",0\n"), timeout=60)
 
 
 def replay_gzip_bomb(work: Work) -> Invocation:
     return commbench("replay", work.write("trace_rank_0.json.gz", gzip_bomb(4 * GIB)), timeout=90)
+
+
+def replay_fifo(work: Work) -> Invocation:
+    return commbench("replay", work.fifo("nccl_trace_rank_0"), timeout=60)
+
+
+def replay_deep_json(work: Work) -> Invocation:
+    return commbench("replay", work.write("trace_rank_0.json", deep_json()), timeout=60)
+
+
+def replay_deep_tuple_pickle(work: Work) -> Invocation:
+    bomb = b"\x80\x02}" + b"N" + b"\x85" * 1_000_000 + b"K\x01s."  # {((((None,),),...): 1}: a segfault
+    return commbench("replay", work.write("nccl_trace_rank_0", bomb), timeout=60)
+
+
+def replay_shared_tuple_pickle(work: Work) -> Invocation:
+    """{t64: 1} where t0 = (1,) and each t(i) = (t(i-1), t(i-1)) through the memo: 2^64 values to hash
+    from a few hundred bytes (written opcode by opcode: building it here would hash it here)."""
+    opcodes = [b"\x80\x02}K\x01\x85q\x00"]  # PROTO 2, EMPTY_DICT, (1,), BINPUT 0
+    opcodes += [bytes([0x68, level - 1, 0x68, level - 1, 0x86, 0x71, level]) for level in range(1, 65)]
+    dump = work.write("nccl_trace_rank_0", b"".join(opcodes) + b"K\x01s.")  # BININT1 1, SETITEM, STOP
+    return commbench("replay", dump, timeout=60)
+
+
+def damaged_dump(work: Work, change: Callable[[dict], None]) -> Path:
+    recording = work.copy_of_recording()
+    dump = recording / "nccl_trace_rank_0"
+    payload = pickle.loads(dump.read_bytes())
+    change(payload)
+    dump.write_bytes(pickle.dumps(payload, protocol=2))
+    return recording
+
+
+def replay_odd_digits(work: Work) -> Invocation:
+    recording = damaged_dump(work, lambda dump: dump["entries"][0].update(collective_seq_id="²"))
+    return commbench("replay", recording, timeout=90)
+
+
+def replay_list_for_a_number(work: Work) -> Invocation:
+    recording = damaged_dump(work, lambda dump: dump["entries"][0].update(time_created_ns=[1, 2]))
+    return commbench("replay", recording, timeout=90)
+
+
+def replay_nan_timestamps(work: Work) -> Invocation:
+    traces = work.copy_of_recording("fsdp2")
+    for path in traces.iterdir():
+        payload = json.loads(path.read_text())
+        for event in payload["traceEvents"]:
+            event["ts"] = float("nan") if "ts" in event else event.get("ts")
+        path.write_text(json.dumps(payload))
+    return commbench("replay", traces, timeout=120)
+
+
+# --- the cases: what commbench writes ---------------------------------------------------------------
+
+def null_device_case(work: Work, make: Callable[[Path], Invocation]) -> Invocation:
+    null = work.null_device("null")
+    if null is None:
+        return Invocation([], skip="mknod needs root")
+    invocation = make(null)
+    invocation.special.append(null)
+    return invocation
+
+
+def run_csv_to_null_device(work: Work) -> Invocation:
+    return null_device_case(work, lambda null: commbench(*TINY_RUN, "--csv", null, "--json",
+                                                         work.tmp / "results.json"))
+
+
+def run_json_to_null_device(work: Work) -> Invocation:
+    return null_device_case(work, lambda null: commbench(*TINY_RUN, "--json", null, "--csv",
+                                                         work.tmp / "results.csv"))
+
+
+def report_to_null_device(work: Work) -> Invocation:
+    run = work.copy_of_run()
+    return null_device_case(work, lambda null: commbench("report", run / "results.json", "-o", null))
+
+
+def run_json_to_fifo(work: Work) -> Invocation:
+    fifo = work.fifo("results.json")
+    return commbench(*TINY_RUN, "--json", fifo, special=[fifo], timeout=60)
+
+
+def report_to_fifo_nobody_reads(work: Work) -> Invocation:
+    fifo = work.fifo("page.html")
+    return commbench("report", work.copy_of_run() / "results.json", "-o", fifo, special=[fifo], timeout=60)
 
 
 def report_over_its_input(work: Work) -> Invocation:
@@ -236,35 +411,131 @@ def report_over_its_input(work: Work) -> Invocation:
                      timeout=90)
 
 
-def run_csv_to_null_device(work: Work) -> Invocation:
-    null = work.null_device("null")
-    if null is None:
-        return Invocation([], skip="mknod needs root")
-    return commbench(*TINY_RUN, "--csv", null, "--json", work.tmp / "results.json", special=[null])
+def report_over_its_run_directory(work: Work) -> Invocation:
+    run = work.copy_of_run()
+    return commbench("report", run, "-o", run / "." / "results.json", keep=[run / "results.json"], timeout=90)
 
 
-def run_json_to_null_device(work: Work) -> Invocation:
-    null = work.null_device("null")
-    if null is None:
-        return Invocation([], skip="mknod needs root")
-    return commbench(*TINY_RUN, "--json", null, "--csv", work.tmp / "results.csv", special=[null])
+def sweep_json_over_the_sweep_file(work: Work) -> Invocation:
+    sweep = work.write("sweep.yaml", "benchmarks:\n  - collectives: all_reduce\n    sizes: 1K\n")
+    return commbench("sweep", sweep, "--json", sweep, "--nproc", "2", keep=[sweep], timeout=60)
+
+
+def run_csv_over_the_splits_file(work: Work) -> Invocation:
+    splits = work.write("splits.csv", "0,4096\n4096,0\n")
+    return commbench("--collective", "all_to_allv", "--splits", splits, "--csv", splits, keep=[splits],
+                     timeout=60)
+
+
+def replay_record_over_the_recording(work: Work) -> Invocation:
+    recording = work.copy_of_recording()
+    dumps = sorted(recording.iterdir())
+    return commbench("replay", recording, "--record", recording / "nccl_trace_rank_", keep=dumps, timeout=120)
+
+
+def mode_of(path: Path, expected: int) -> Callable[[], str | None]:
+    def check() -> str | None:
+        if not path.exists():
+            return f"no {path.name}"
+        mode = stat.S_IMODE(path.stat().st_mode)
+        return None if mode == expected else f"{path.name} is {mode:04o}, not {expected:04o}"
+    return check
+
+
+def run_under_umask_022(work: Work) -> Invocation:
+    json_path = work.tmp / "results.json"
+    return commbench(*TINY_RUN, "--json", json_path, "--csv", work.tmp / "results.csv", umask=0o022,
+                     after=mode_of(json_path, 0o644))
+
+
+def report_keeps_the_mode(work: Work) -> Invocation:
+    page = work.write("page.html", "old")
+    page.chmod(0o640)
+    return commbench("report", work.copy_of_run() / "results.json", "-o", page, after=mode_of(page, 0o640))
+
+
+def report_to_a_non_utf8_path(work: Work) -> Invocation:
+    page = work.tmp / os.fsdecode(b"page-\xff.html")
+
+    def written() -> str | None:
+        return None if page.exists() and page.stat().st_size > 1000 else "the page is empty"
+
+    return commbench("report", work.copy_of_run() / "results.json", "-o", page,
+                     env={"PYTHONIOENCODING": "utf-8"}, after=written)
+
+
+# --- the cases: consoles ---------------------------------------------------------------------------
+
+ASCII_CONSOLE = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+                 "PYTHONIOENCODING": "ascii"}
+
+
+def run_on_ascii_console(work: Work) -> Invocation:
+    return commbench("--collective", "all_reduce", "--sizes", "1K", "--iters", "2", "--warmup", "1",
+                     "--nproc", "2", "--output-dir", work.tmp, env=ASCII_CONSOLE)
+
+
+def compare_on_ascii_console(work: Work) -> Invocation:
+    base, new = work.copy_of_run("a") / "results.json", work.copy_of_run("b") / "results.json"
+    return commbench("compare", base, new, env=ASCII_CONSOLE, timeout=60)
+
+
+def list_on_ascii_console(work: Work) -> Invocation:
+    return commbench("list", "--nproc", "2", env=ASCII_CONSOLE)
 
 
 CASES = [
+    # files commbench reads
     Case("compare-fifo", USAGE, compare_fifo),
     Case("compare-dev-zero", USAGE, compare_dev_zero),
     Case("compare-run-dir-fifo", USAGE, compare_directory_with_fifo),
-    Case("load-fifo", USAGE, load_fifo),
     Case("compare-deep-json", USAGE, compare_deep_json),
+    Case("compare-long-path", USAGE, compare_long_path),
+    Case("compare-size-10^30", USAGE, compare_huge_size),
+    Case("load-fifo", USAGE, load_fifo),
+    Case("load-deep-json", USAGE, load_deep_json),
+    Case("plot-infinite-time", USAGE, plot_infinite_time),
+    Case("report-infinite-time", USAGE, report_infinite_time),
+    Case("report-wrong-typed-meta", USAGE, report_wrong_meta),
     Case("sweep-fifo", USAGE, sweep_fifo),
+    Case("sweep-dev-zero", USAGE, sweep_dev_zero),
     Case("sweep-deep-yaml", USAGE, sweep_deep_yaml),
     Case("sweep-billion-laughs", USAGE, sweep_billion_laughs),
     Case("sweep-yaml-tag", USAGE, sweep_tag_on_plain_value),
     Case("sweep-yaml-bad-date", USAGE, sweep_impossible_date),
+    Case("sweep-yaml-python-object", USAGE, sweep_python_object),
+    Case("model-fifo", USAGE, model_fifo),
+    Case("model-deep-yaml", USAGE, model_deep_yaml),
+    Case("expect-fifo", USAGE, expect_fifo),
+    Case("expect-nan", USAGE, expect_nan),
+    Case("splits-fifo", USAGE, splits_fifo),
+    Case("splits-400-digits", USAGE, splits_huge_entry),
     Case("replay-gzip-bomb", USAGE, replay_gzip_bomb),
-    Case("report-over-input", USAGE, report_over_its_input),
+    Case("replay-fifo", USAGE, replay_fifo),
+    Case("replay-deep-json", USAGE, replay_deep_json),
+    Case("replay-pickle-deep-tuple", USAGE, replay_deep_tuple_pickle),
+    Case("replay-pickle-shared-tuples", USAGE, replay_shared_tuple_pickle),
+    Case("replay-odd-digits", USAGE, replay_odd_digits),
+    Case("replay-list-for-number", USAGE, replay_list_for_a_number),
+    Case("replay-nan-timestamps", USAGE, replay_nan_timestamps),
+    # what commbench writes
     Case("run-csv-null-device", OK, run_csv_to_null_device),
     Case("run-json-null-device", OK, run_json_to_null_device),
+    Case("report-null-device", OK, report_to_null_device),
+    Case("run-json-fifo", USAGE, run_json_to_fifo),
+    Case("report-fifo-no-reader", USAGE, report_to_fifo_nobody_reads),
+    Case("report-over-input", USAGE, report_over_its_input),
+    Case("report-over-input-dir", USAGE, report_over_its_run_directory),
+    Case("sweep-json-over-sweep-file", USAGE, sweep_json_over_the_sweep_file),
+    Case("run-csv-over-splits-file", USAGE, run_csv_over_the_splits_file),
+    Case("replay-record-over-input", USAGE, replay_record_over_the_recording),
+    Case("run-umask-022", OK, run_under_umask_022),
+    Case("report-keeps-mode", OK, report_keeps_the_mode),
+    Case("report-non-utf8-path", OK, report_to_a_non_utf8_path),
+    # consoles
+    Case("run-ascii-console", OK, run_on_ascii_console),
+    Case("compare-ascii-console", OK, compare_on_ascii_console),
+    Case("list-ascii-console", OK, list_on_ascii_console),
 ]
 
 
@@ -289,9 +560,11 @@ def special_kind(path: Path) -> str:
             stat.S_IFSOCK: "socket", stat.S_IFREG: "regular file"}.get(stat.S_IFMT(mode), "other")
 
 
-def limited(memory: int) -> Callable[[], None]:
+def limited(memory: int, umask: int | None) -> Callable[[], None]:
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if umask is not None:
+            os.umask(umask)
     return apply
 
 
@@ -336,7 +609,8 @@ def run_case(case: Case, work: Work, memory: int) -> Outcome:
     started = time.monotonic()
     process = subprocess.Popen(invocation.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                errors="replace", env=clean_env(invocation.env), cwd=work.tmp,
-                               stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limited(memory))
+                               stdin=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=limited(memory, invocation.umask))
     if invocation.during is not None:
         invocation.during(process)
     timed_out = False
@@ -354,6 +628,8 @@ def run_case(case: Case, work: Work, memory: int) -> Outcome:
     problems = [f"input changed: {path.name}" for path, seen in before.items() if fingerprint(path) != seen]
     problems += [f"{path.name} is now a {special_kind(path)}, was a {kind}" for path, kind in kinds.items()
                  if special_kind(path) != kind]
+    left = invocation.after() if invocation.after is not None else None
+    problems += [left] if left else []
     observed = classify(process.returncode, stderr, timed_out)
     last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
     return Outcome(case, observed, None if timed_out else process.returncode, problems, seconds, last[:160])
