@@ -241,3 +241,23 @@ def test_a_path_too_long_to_look_at_is_one_line(name, tmp_path, capsys):
             "report -o": ["report", str(saved_run(tmp_path / "run.json")), "-o", str(long)]}.get(name)
     line = one_line_usage_error(capsys, *(argv or arguments(name, long, tmp_path)))
     assert "a" * 100 in line
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["replay", "TRACE", "--select", "seq:²-3"], "--select 'seq:²-3': give all, seq:A-B"),
+    (["replay", "TRACE", "--select", "last:" + "9" * 5000], "--select"),
+    (["pattern", "fsdp", "--compute-size", "²"], "--compute-size '²': give a matrix size"),
+], ids=["odd-digit-select", "5000-digit-select", "odd-digit-compute-size"])
+def test_digits_that_python_calls_digits_but_cannot_read_are_one_line(argv, expected, tmp_path, capsys):
+    trace = tmp_path / "trace_rank_0.json"  # --select is parsed before the recording is read
+    line = one_line_usage_error(capsys, *[str(trace) if part == "TRACE" else part for part in argv])
+    assert expected in line
+
+
+def test_a_saved_library_version_in_odd_digits_is_explained(tmp_path, capsys):
+    run = saved_run(tmp_path / "run.json")
+    payload = json.loads(run.read_text())
+    payload["meta"]["versions"] = {"nccl": "2.²1.3"}
+    run.write_text(json.dumps(payload))
+    code, stderr = run_cli(capsys, "explain", run)
+    assert code == 0 and "Traceback" not in stderr, stderr
