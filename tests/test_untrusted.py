@@ -91,7 +91,7 @@ def test_truncated_or_trailing_gzip_data_is_named():
 def test_json_nested_deeper_than_the_bound_is_refused_before_parsing():
     deep = b"[" * 100_000 + b"]" * 100_000
     assert refusal(parse_json, deep, Path("a.json"), "results file") == (
-        f"a.json: containers nested more than {MAX_NESTING} deep: not a results file")
+        f"a.json: not a results file (containers nested more than {MAX_NESTING} deep)")
     at_bound = b'{"a":' * (MAX_NESTING - 1) + b"[]" + b"}" * (MAX_NESTING - 1)
     assert isinstance(parse_json(at_bound, Path("a.json"), "results file"), dict)
 

@@ -171,11 +171,11 @@ def parse_json(data: bytes | str, path: Path, what: str) -> Any:
     """JSON text as Python values; UsageError for deeper nesting than MAX_NESTING or broken JSON."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     if json_nesting_exceeds(raw):
-        raise UsageError(f"{path}: containers nested more than {MAX_NESTING} deep: not a {what}")
+        raise UsageError(f"{path}: not a {what} (containers nested more than {MAX_NESTING} deep)")
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise UsageError(f"{path}: not valid JSON ({_reason(exc)}): not a {what}") from None
+        raise UsageError(f"{path}: not a {what} (not valid JSON: {_reason(exc)})") from None
 
 
 # --- pickles ----------------------------------------------------------------------------------------
