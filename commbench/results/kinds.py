@@ -26,11 +26,12 @@ from commbench.results.saved import SavedRun
 
 @dataclass(frozen=True)
 class LiveRun:
-    """What the console knows of the run whose rows it prints: the ranks' host names and the first
-    benchmark's configuration as recorded (meta.config)."""
+    """What the console knows of the run whose rows it prints: the ranks' host names, the first
+    benchmark's configuration as recorded (meta.config) and each host's hardware record (meta.hardware)."""
 
     hostnames: list[str] = field(default_factory=list)
     config: Mapping[str, Any] = field(default_factory=dict)
+    hardware: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -181,6 +181,8 @@ def _read_json(path: Path) -> SavedRun:
         value = meta.get(name)
         if value is not None and not conforms(value, kind):
             raise TypeError(f"meta {name} is {shown(value)}, not {_kind_name(kind)}")
+    if "rows" not in payload:
+        raise KeyError("rows")
     if not isinstance(payload.get("rows"), list):
         raise TypeError(f"rows is {shown(payload.get('rows'))}, not a list of rows")
     fits = payload.get("fits", [])
@@ -233,13 +235,17 @@ def load_run(path: str | Path) -> SavedRun:
     kind = "results.csv" if path.suffix.lower() == ".csv" else "results.json"
     try:
         return _read_csv(path) if kind == "results.csv" else _read_json(path)
-    except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such results file") from None
+    except KeyError as exc:  # a field every commbench file has: said as what is missing, not as a KeyError
+        raise UsageError(f"{path}: not a commbench {kind} (it has no {exc.args[0]!r} field)") from None
+    except (OSError, ValueError, TypeError, csv.Error) as exc:
         raise UsageError(f"{path}: not a commbench {kind} ({_reason(exc)})") from None
 
 
 def _reason(exc: Exception) -> str:
     """What was wrong, in one short line ('row 3: time_us_p50 is inf, not a finite number')."""
-    text = " ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split())
+    text = " ".join(str(exc).split())
     return text if len(text) <= 200 else text[:197] + "..."
 
 
