@@ -19,7 +19,7 @@ import pytest
 import commbench
 from commbench.cli.main import main
 from commbench.errors import UsageError
-from commbench.replay import loading
+from commbench.recordings import files as recording_files
 from commbench.results.model import Row, RunMeta
 from commbench.writers.files import ResultWriter
 
@@ -189,7 +189,7 @@ def test_yaml_and_csv_inputs_give_one_line_naming_the_problem(name, content, exp
 
 
 def test_a_gzip_bomb_stops_at_the_cap_on_what_it_inflates_to(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(loading, "RECORDING_BYTES", 4 << 20)  # the cap is 1 GiB: the same rule, smaller
+    monkeypatch.setattr(recording_files, "RECORDING_BYTES", 4 << 20)  # 1 GiB really: same rule, smaller
     bomb = tmp_path / "trace_rank_0.json.gz"
     bomb.write_bytes(gzip.compress(b" " * (1 << 20)) * 8)
     line = one_line_usage_error(capsys, "replay", bomb)
