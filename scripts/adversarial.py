@@ -369,6 +369,25 @@ def replay_nan_timestamps(work: Work) -> Invocation:
     return commbench("replay", traces, timeout=120)
 
 
+
+# diagnose reads the same dumps through the same reader (commbench/recordings/files.py)
+def diagnose_gzip_bomb(work: Work) -> Invocation:
+    return commbench("diagnose", work.write("nccl_trace_rank_0.gz", gzip_bomb(4 * GIB)), timeout=90)
+
+
+def diagnose_fifo(work: Work) -> Invocation:
+    return commbench("diagnose", work.fifo("nccl_trace_rank_0"), timeout=60)
+
+
+def diagnose_deep_tuple_pickle(work: Work) -> Invocation:
+    bomb = b"\x80\x02}" + b"N" + b"\x85" * 1_000_000 + b"K\x01s."  # as replay-pickle-deep-tuple
+    return commbench("diagnose", work.write("nccl_trace_rank_0", bomb), timeout=60)
+
+
+def diagnose_odd_digits(work: Work) -> Invocation:
+    recording = damaged_dump(work, lambda dump: dump["entries"][0].update(collective_seq_id="²"))
+    return commbench("diagnose", recording, timeout=90)
+
 # --- the cases: what commbench writes ---------------------------------------------------------------
 
 def null_device_case(work: Work, make: Callable[[Path], Invocation]) -> Invocation:
@@ -518,6 +537,10 @@ CASES = [
     Case("replay-odd-digits", USAGE, replay_odd_digits),
     Case("replay-list-for-number", USAGE, replay_list_for_a_number),
     Case("replay-nan-timestamps", USAGE, replay_nan_timestamps),
+    Case("diagnose-gzip-bomb", USAGE, diagnose_gzip_bomb),
+    Case("diagnose-fifo", USAGE, diagnose_fifo),
+    Case("diagnose-pickle-deep-tuple", USAGE, diagnose_deep_tuple_pickle),
+    Case("diagnose-odd-digits", USAGE, diagnose_odd_digits),
     # what commbench writes
     Case("run-csv-null-device", OK, run_csv_to_null_device),
     Case("run-json-null-device", OK, run_json_to_null_device),
