@@ -98,6 +98,23 @@ def test_a_character_device_given_as_an_input_is_named_not_read(name, tmp_path, 
     assert "/dev/urandom is a character device, not a regular file" in line
 
 
+def test_diagnose_does_not_wait_on_a_fifo_or_recurse_into_deep_json_beside_the_dumps(tmp_path):
+    from commbench.diagnose.command import hosts_beside
+
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    os.mkfifo(tmp_path / "results.json")
+    found: list[dict] = []
+    worker = threading.Thread(target=lambda: found.append(hosts_beside([str(dumps)])), daemon=True)
+    worker.start()
+    worker.join(FINISH_WITHIN_S)
+    assert found == [{}]  # no hosts, and no wait for a writer that never comes
+    (tmp_path / "results.json").unlink()
+    (tmp_path / "results.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert hosts_beside([str(dumps)]) == {}
+    (tmp_path / "results.json").write_text(json.dumps({"meta": {"hostnames": ["a", "b"]}}))
+    assert hosts_beside([str(dumps)]) == {0: "a", 1: "b"}
+
 def test_a_run_directory_whose_results_json_is_a_fifo_is_named(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
