@@ -23,8 +23,9 @@ from commbench.errors import UsageError
 from commbench.results.frame import rows_frame
 from commbench.results.kinds import drawing_kind
 from commbench.results.model import SERIES_FIELDS, Row, default_placement
-from commbench.results.saved import SavedRun, load_runs
-from commbench.writers.paths import check_file
+from commbench.results.saved import SavedRun, files_read, load_runs
+from commbench.writers.files import write_atomic
+from commbench.writers.paths import check_file, check_not_an_input
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -294,10 +295,12 @@ def plot_command(paths: list[str], output: str, collectives: list[str] | None) -
         raise UsageError(f"--output {output}: the image type comes from the suffix: "
                          f"{', '.join(IMAGE_SUFFIXES)}")
     check_file("--output", target, "the image")
+    check_not_an_input("--output", target, files_read(paths))
     require_matplotlib()
     runs = load_runs(paths)
     kind = drawing_kind(runs)  # a fabric result draws its heatmaps
     figure = kind.figure(runs) if kind is not None and kind.figure is not None else draw(runs, collectives)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    save(figure, target)
+    image = io.BytesIO()
+    save(figure, image, target.suffix.lower().lstrip("."))
+    write_atomic(target, image.getvalue())
     print(f"plot: {target}")

@@ -26,10 +26,11 @@ from commbench.results.frame import rows_frame, runs_frame
 from commbench.results.kinds import page_kind
 from commbench.results.model import SERIES_FIELDS, Row, describe_row
 from commbench.results.passes import SPIKE_FACTOR, PassSummary, pass_summaries, soak_lines, time_spikes
-from commbench.results.saved import SavedRun, load_runs
+from commbench.results.saved import SavedRun, files_read, load_runs
 from commbench.writers.console import TextTable, passes_table, run_table
+from commbench.writers.files import write_atomic
 from commbench.writers.html import html_table, metadata_html, page
-from commbench.writers.paths import check_file
+from commbench.writers.paths import check_file, check_not_an_input
 
 
 def plot_images(runs: list[SavedRun]) -> list[tuple[str, str]]:
@@ -133,13 +134,13 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
 def report_command(paths: list[str], output: str) -> None:
     target = Path(output)
     check_file("--output", target, "the report")
+    check_not_an_input("--output", target, files_read(paths))
     runs = load_runs(paths)
     plots_missing = matplotlib_missing()
     kind = page_kind(runs)  # fabric results get a page of their own
     page = kind.report_page(runs, plots_missing) if kind is not None and kind.report_page is not None \
         else build_report(runs, plots_missing)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
+    write_atomic(target, page.encode("utf-8"))
     if plots_missing:
         print(f"commbench: note: the report has no plots: {plots_missing}", file=sys.stderr)
     print(f"report: {target}")

@@ -28,6 +28,7 @@ from commbench.diagnose.command import with_verdict
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
 from commbench.running.features import registered_features
 from commbench.running.launcher import detect
+from commbench.writers.encoding import prepare_streams
 
 
 class DefaultGroup(WholeHelpGroup):
@@ -114,6 +115,7 @@ def _say_usage_error(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: returns the exit status (0 ok, 1 failed run, 2 bad input, 128+N on signal N)."""
+    prepare_streams()  # an ASCII console gets ASCII, never a UnicodeEncodeError
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})

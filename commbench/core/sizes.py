@@ -5,6 +5,7 @@ K, M and G are powers of 1024 (KiB, MiB, GiB); a trailing B or iB is accepted.
 """
 
 import re
+from fractions import Fraction
 
 from commbench.errors import UsageError
 
@@ -18,8 +19,11 @@ def parse_size(text: str) -> int:
     if not match:
         raise UsageError(f"malformed size {text!r}: expected bytes such as 4096, 64K, 1M or 1G")
     number, unit = match.groups()
-    value = float(number) * _UNITS[unit.upper()]
-    if value != int(value):
+    try:
+        value = Fraction(number) * _UNITS[unit.upper()]  # exact: a float turns 400 digits into infinity
+    except ValueError:  # more digits than Python makes a number of
+        raise UsageError(f"size {text[:24]!r}...: too many digits") from None
+    if value.denominator != 1:
         raise UsageError(f"size {text!r} is not a whole number of bytes")
     return int(value)
 

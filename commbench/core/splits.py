@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from commbench.core.sizes import parse_size, readable_size
+from commbench.core.untrusted import CONFIG_BYTES, parse_yaml, present, read_text, shown
 from commbench.core.words import plural
 from commbench.errors import UsageError
 
@@ -80,25 +79,22 @@ def parse_splits(text: str) -> SplitSpec:
 
 
 def _load_matrix(path: Path) -> tuple[tuple[int, ...], ...]:
-    if not path.is_file():
+    if not present(path):
         raise UsageError(f"splits file {path}: no such file")
-    try:
-        content = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"splits file {path}: cannot read it ({exc.strerror})") from None
+    content = read_text(path, "splits file", CONFIG_BYTES)
     if path.suffix.lower() in _YAML_SUFFIXES:
-        try:
-            rows = yaml.safe_load(content)
-        except yaml.YAMLError as exc:
-            raise UsageError(f"splits file {path}: not valid YAML ({_first_line(exc)})") from None
+        rows = parse_yaml(content, path)  # JSON is YAML
         if isinstance(rows, dict) and "splits" in rows:
             rows = rows["splits"]
         if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
             raise UsageError(f"splits file {path}: expected a list of rows (a world x world matrix of "
                              "bytes), e.g. [[0, 4096], [8192, 0]]")
     elif path.suffix.lower() == ".csv":
-        rows = [[cell.strip() for cell in row] for row in csv.reader(content.splitlines())
-                if row and not row[0].lstrip().startswith("#")]
+        try:
+            rows = [[cell.strip() for cell in row] for row in csv.reader(content.splitlines())
+                    if row and not row[0].lstrip().startswith("#")]
+        except csv.Error as exc:
+            raise UsageError(f"splits file {path}: not a valid CSV ({exc})") from None
     else:
         raise UsageError(f"splits file {path}: unknown format {path.suffix or '(no suffix)'}; "
                          "use .csv or .yaml")
@@ -119,7 +115,7 @@ def _load_matrix(path: Path) -> tuple[tuple[int, ...], ...]:
 def _entry(path: Path, i: int, j: int, cell: object) -> int:
     where = f"splits file {path}: entry [{i}][{j}]"
     if isinstance(cell, bool):
-        raise UsageError(f"{where} = {cell!r} is not a byte count")
+        raise UsageError(f"{where} = {shown(cell)} is not a byte count")
     if isinstance(cell, int):
         value = cell
     elif isinstance(cell, float) and cell.is_integer():
@@ -130,16 +126,14 @@ def _entry(path: Path, i: int, j: int, cell: object) -> int:
         try:
             value = parse_size(cell)
         except UsageError:
-            raise UsageError(f"{where} = {cell!r} is not a byte count (e.g. 4096 or 4K)") from None
+            raise UsageError(f"{where} = {shown(cell)} is not a byte count (e.g. 4096 or 4K)") from None
     else:
-        raise UsageError(f"{where} = {cell!r} is not a byte count")
+        raise UsageError(f"{where} = {shown(cell)} is not a byte count")
     if value < 0:
         raise UsageError(f"{where} = {value} is negative")
+    if value >= 1 << 63:
+        raise UsageError(f"{where} = {shown(value)} is beyond a byte count's 2^63 - 1")
     return value
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def check_element_sizes(spec: SplitSpec, dtypes: dict[str, int]) -> None:

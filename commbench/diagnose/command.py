@@ -55,9 +55,13 @@ def hosts_beside(sources: list[str]) -> dict[int, str]:
     directory); empty when there is none or it does not read."""
     if len(sources) != 1 or not Path(sources[0]).is_dir():
         return {}
-    try:
-        meta = json.loads((Path(sources[0]).resolve().parent / "results.json").read_text()).get("meta", {})
-    except (OSError, ValueError, AttributeError):
+    from commbench.core.untrusted import RESULTS_BYTES, parse_json, read_bytes
+
+    path = Path(sources[0]).resolve().parent / "results.json"
+    try:  # untrusted like any saved run: a FIFO is not waited on, nesting and size are bounded
+        saved = parse_json(read_bytes(path, "results file", RESULTS_BYTES), path, "results file")
+        meta = saved.get("meta", {})
+    except (UsageError, AttributeError):
         return {}
     names = meta.get("hostnames") if isinstance(meta, dict) else None
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):

@@ -1,26 +1,36 @@
 """Which files, which format, which rank: reading recordings safely.
 
-Invariants: nothing from a file is ever executed. Pickles go through PlainDataUnpickler, which refuses
+Invariants: nothing from a file is ever executed; files are opened, capped and inflated as untrusted
+(core/untrusted.py), JSON nesting bounded. Pickles go through PlainDataUnpickler, which refuses
 every class and function (so only dicts, lists, tuples, strings, numbers, booleans and None come out);
 JSON is parsed by the json module. The format is told from the content, never from the file name. Every
 problem is one UsageError naming the file.
 """
 
 import glob
-import gzip
 import io
-import json
 import pickle
 import re
 from pathlib import Path
 from typing import Any
 
+from commbench.core.untrusted import (
+    MAX_HASHED_VALUES,
+    MAX_NESTING,
+    RECORDING_BYTES,
+    inflate,
+    is_directory,
+    parse_json,
+    pickle_nesting_exceeds,
+    present,
+    read_bytes,
+)
 from commbench.errors import UsageError
 
 FLIGHT_RECORDER = "flight-recorder"
 FLIGHT_RECORDER_JSON = "flight-recorder-json"
 PROFILER = "profiler"
-_TRAILING_NUMBER = re.compile(r"(\d+)$")  # the rank, as torch's fr_trace analyzer reads file names
+_TRAILING_NUMBER = re.compile(r"([0-9]+)$")  # the rank, as torch's fr_trace analyzer reads file names
 _RANK_SUFFIXES = (".gz", ".json", ".pkl", ".pickle")
 
 
@@ -36,6 +46,9 @@ class PlainDataUnpickler(pickle.Unpickler):
 
 def load_plain_pickle(data: bytes, path: Path) -> Any:
     """The plain data a pickle holds; UsageError naming ``path`` for anything else or a broken stream."""
+    if pickle_nesting_exceeds(data):
+        raise UsageError(f"{path}: refused to load: tuples nested more than {MAX_NESTING} deep or holding "
+                         f"more than {MAX_HASHED_VALUES:,} values (hashing them would crash or never end)")
     # A peekable stream lets the C unpickler read ahead: three times faster than a bare BytesIO, which
     # it would otherwise read an opcode at a time (it matters at thousands of dumps).
     stream = io.BufferedReader(io.BytesIO(data))  # type: ignore[arg-type]
@@ -67,7 +80,7 @@ def expand(sources: list[str]) -> list[Path]:
     found: list[Path] = []
     for source in sources:
         path = Path(source)
-        if path.is_dir():
+        if is_directory(path):
             files = [child for child in path.iterdir() if child.is_file() and not child.name.startswith(".")]
             if not files:
                 raise UsageError(f"{source}: the directory holds no trace files{_folders_that_do(path)}")
@@ -77,7 +90,7 @@ def expand(sources: list[str]) -> list[Path]:
             if not matched:
                 raise UsageError(f"{source}: no file matches")
             found.extend(matched)
-        elif path.is_file():
+        elif present(path):  # a path given by name is read, or named for what it is (a FIFO, a device)
             found.append(path)
         else:
             raise UsageError(f"{source}: no such file or directory")
@@ -90,40 +103,23 @@ def rank_from_name(path: Path) -> int | None:
     for suffix in _RANK_SUFFIXES:
         stem = stem.removesuffix(suffix)
     found = _TRAILING_NUMBER.search(stem)
-    return int(found.group(1)) if found else None
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gzip unpacked; UsageError when unreadable or empty."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if data[:2] == b"\x1f\x8b":  # gzip, as torch.profiler writes *.json.gz
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, ValueError) as exc:
-            raise UsageError(f"{path}: truncated or corrupt gzip file ({exc})") from None
-    if not data.strip():
-        raise UsageError(f"{path}: the file is empty")
-    return data
+    return int(found.group(1)) if found else None  # ASCII digits of a file name: at most 255 of them
 
 
 def decode(path: Path) -> tuple[str, dict]:
     """(format, payload) from the file's bytes, whatever the file is called."""
-    data = read_bytes(path)
+    # gzip, as torch.profiler writes *.json.gz, inflated up to the same cap
+    data = inflate(read_bytes(path, "recording", RECORDING_BYTES), path, "recording", RECORDING_BYTES)
+    if not data.strip():
+        raise UsageError(f"{path}: the file is empty")
     if data[:1] == b"\x80":  # pickle protocol 2 and later: what torch's Flight Recorder writes
         payload = load_plain_pickle(data, path)
         if isinstance(payload, dict) and "entries" in payload:
             return FLIGHT_RECORDER, payload
         raise UsageError(f"{path}: a pickle, but not a Flight Recorder dump (no 'entries')")
-    try:
-        payload = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        if data.lstrip()[:1] in (b"{", b"["):
-            raise UsageError(f"{path}: truncated or corrupt JSON ({type(exc).__name__}: "
-                             f"{str(exc)[:80]})") from None
-        raise UsageError(f"{path}: not a Flight Recorder dump or a torch.profiler trace") from None
+    if data.lstrip()[:1] not in (b"{", b"["):
+        raise UsageError(f"{path}: not a Flight Recorder dump or a torch.profiler trace")
+    payload = parse_json(data, path, "Flight Recorder dump or torch.profiler trace")
     if isinstance(payload, dict) and "traceEvents" in payload:
         return PROFILER, payload
     if isinstance(payload, dict) and "entries" in payload:

@@ -21,6 +21,8 @@ reduce op.
 import json
 from typing import Any
 
+from commbench.core.untrusted import INT64, MAX_RECORDED_RANKS, finite_number, shown, whole_number
+
 # Entry states, as torch writes them.
 SCHEDULED, STARTED, COMPLETED = "scheduled", "started", "completed"
 STATES = (SCHEDULED, STARTED, COMPLETED)
@@ -56,9 +58,9 @@ class EntryError(ValueError):
 def shapes(entry: dict, key: str) -> tuple[Shape, ...]:
     value = entry.get(key)
     if not isinstance(value, list) or not all(
-            isinstance(shape, list) and all(type(part) is int and part >= 0 for part in shape)
+            isinstance(shape, list) and all(type(part) is int and 0 <= part < INT64 for part in shape)
             for shape in value):
-        raise EntryError(f"{key} is not a list of shapes")
+        raise EntryError(f"{key} is not a list of shapes (whole numbers from 0 to 2^63 - 1)")
     return tuple(tuple(shape) for shape in value)
 
 
@@ -72,11 +74,10 @@ def strings(entry: dict, key: str) -> list[str]:
 def integer(entry: dict, key: str, default: int | None = None) -> int | None:
     """An integer field; the JSON form writes some as text."""
     value = entry.get(key, default)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    raise EntryError(f"{key} is not an integer")
+    number = whole_number(value)  # ASCII digits below 2^63 in size, as an int or as text
+    if value is None or number is not None:
+        return number
+    raise EntryError(f"{key} is {shown(value)}, not a whole number below 2^63")
 
 
 def group(entry: dict) -> tuple[str, str]:
@@ -94,16 +95,13 @@ def split_name(profiling_name: str) -> tuple[str, str, int | None]:
     head, _, meta = name.partition(" ")
     arrow = {"send": "->", "recv": "<-"}.get(head)
     if arrow and arrow in meta:
-        peer = meta.split(arrow, 1)[1].strip()
-        return backend, head, int(peer) if peer.isdigit() else None
+        return backend, head, whole_number(meta.split(arrow, 1)[1], 0, MAX_RECORDED_RANKS)
     return backend, head, None
 
 
 def duration_us(entry: dict) -> float | None:
-    value = entry.get("duration_ms")
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value) * 1e3
-    return None
+    value = finite_number(entry.get("duration_ms"))
+    return value * 1e3 if value is not None and value >= 0 else None
 
 
 def recorded_members(pg_config: Any) -> dict[str, tuple[int, ...]]:
@@ -118,8 +116,9 @@ def recorded_members(pg_config: Any) -> dict[str, tuple[int, ...]]:
             ranks = json.loads(item["ranks"])  # a list written as text: '[0, 1]'
         except (ValueError, RecursionError):
             continue
-        label = str(item.get("name") or name)
+        label = item.get("name") or name  # not str(): a huge int key would raise on conversion
         # gloo's dumps (torch 2.13) hold one unnamed entry that describes no group
-        if label and isinstance(ranks, list) and ranks and all(type(rank) is int for rank in ranks):
+        if label and isinstance(label, str) and isinstance(ranks, list) and ranks and all(
+                type(rank) is int and 0 <= rank < MAX_RECORDED_RANKS for rank in ranks):
             found[label] = tuple(sorted(ranks))
     return found

@@ -1,13 +1,15 @@
 """Reading recordings for the replay: every rank's file, one format, one file per rank.
 
-The safe reading itself (the plain-data unpickler, format detection, the rank from the file name) is
-commbench.recordings.files, shared with diagnose; this module picks the rank of a profiler trace from
-its content and hands the payloads to the format's parser. Every problem is one UsageError.
+The safe reading itself (untrusted files capped and inflated, the plain-data unpickler, format
+detection, the rank from the file name) is commbench.recordings.files, shared with diagnose; this module
+picks the rank of a profiler trace from its content and hands the payloads to the format's parser.
+Every problem is one UsageError.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from commbench.core.untrusted import MAX_RECORDED_RANKS, shown
 from commbench.errors import UsageError
 from commbench.recordings.files import PROFILER, decode, expand, load_plain_pickle, rank_from_name
 from commbench.replay import chrome, flight
@@ -34,6 +36,9 @@ def read_rank_file(path: Path) -> RankFile:
     if rank is None:
         raise UsageError(f"{path}: cannot tell which rank recorded it: the file name does not end in the "
                          "rank (torch writes PREFIX<rank>)")
+    if rank >= MAX_RECORDED_RANKS:
+        raise UsageError(f"{path}: rank {shown(rank)} is beyond the {MAX_RECORDED_RANKS:,} ranks a recording "
+                         "may have (docs/limits.md)")
     return RankFile(path, kind, rank, payload)
 
 

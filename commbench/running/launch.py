@@ -18,7 +18,7 @@ from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.errors import UsageError
 from commbench.running.launcher import detect
 from commbench.running.spawn import spawn_local
-from commbench.writers.paths import check_directory, check_file, held_files
+from commbench.writers.paths import check_directory, check_file, check_not_an_input, files_named, held_files
 
 if TYPE_CHECKING:
     from commbench.running.rank import Work
@@ -105,11 +105,23 @@ def announce_local_ranks(setup: LaunchConfig) -> None:
               file=sys.stderr, flush=True)
 
 
+# The options whose values are where output goes, not inputs (the inputs are the command line's other
+# files: a sweep file, --splits, --expect, --model, a recording's files).
+OUTPUT_OPTIONS = ("--json", "--csv", "--output-dir")
+
+
 def check_output_location(setup: LaunchConfig) -> None:
-    """UsageError, before any rank starts, when the results cannot be written where asked."""
+    """UsageError, before any rank starts, when the results cannot be written where asked: a place that
+    takes no file, a FIFO for the JSON (rewritten as it grows), both files the same, or a file the
+    command line names as an input."""
     exact = exact_files(setup)
     for flag, path in exact:
-        check_file(flag, path)
+        check_file(flag, path, "results.json" if flag == "--json" else "results", rewritten=flag == "--json")
+    if len(exact) == 2 and os.path.realpath(exact[0][1]) == os.path.realpath(exact[1][1]):
+        raise UsageError(f"--csv and --json both name {exact[0][1]}: give each its own file")
+    inputs = files_named(setup.argv, skip=OUTPUT_OPTIONS)
+    for flag, path in exact:
+        check_not_an_input(flag, path, inputs)
     if len(exact) < 2:  # a file not given exactly goes under --output-dir
         check_directory("--output-dir", Path(setup.output_dir))
 
