@@ -11,11 +11,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from types import NoneType
-from typing import Any, get_args, get_origin
+from typing import Any
 
 from commbench.errors import UsageError
-from commbench.results.model import Row
+from commbench.results.model import ROW_KINDS, Row
 
 
 @dataclass
@@ -38,12 +37,8 @@ class SavedRun:
                 f"{meta.get('world_size', '?')} ranks, {where})")
 
 
-# A row field's scalar type and whether it may be None, from Row's annotations: how a CSV cell is parsed
-# and what a JSON value must be. Fields a file lacks take Row's defaults (older files); fields Row does
-# not know (newer files) are dropped.
-ROW_KINDS = {item.name: ((next(arg for arg in get_args(item.type) if arg is not NoneType), True)
-                         if NoneType in get_args(item.type) else (get_origin(item.type) or item.type, False))
-             for item in fields(Row)}
+# ROW_KINDS (model.py) says how a CSV cell is parsed and what a JSON value must be. Fields a file lacks
+# take Row's defaults (older files); fields Row does not know (newer files) are dropped.
 REQUIRED_FIELDS = [item.name for item in fields(Row)
                    if item.default is MISSING and item.default_factory is MISSING]
 

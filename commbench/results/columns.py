@@ -1,0 +1,377 @@
+"""Rows kept as columns: a block of rows measured together (RowBlock), and a growing sequence of rows
+kept as blocks (RowColumns).
+
+A fabric pass of N ranks has 2N(N-1) rows, two million at 1,024 ranks, and as Row objects each took
+2.2 KB. Kept as columns, a field with one value over a block is stored once, and a field that varies is
+a numpy array in the narrowest form that holds its values exactly: whole numbers in the smallest integer
+type that fits them, numbers that are whole thousandths (the µs of results.rows.microseconds, which the
+clocks resolve to the nanosecond) as int32 counts of thousandths, other numbers as float64, text as
+codes into the distinct values; None, where a field allows it, as a mask beside. A per-sample or
+per-rank list is the lists' lengths and their values end to end, kept the same way. Anything else
+(a value of a type its field does not declare) stays a Python object. So every Row read back equals
+the Row stored, field for field and type for type.
+
+Reading a row builds a Row on demand; ``values(name)`` gives one field over all the rows as an array
+(numbers as float64 with NaN for None, whole-number fields without None as int64, text as objects), which
+is how fabric's analysis reads two million rows without making a Row of each. A results.json holds a
+block as its columns too (``saved``; docs/results.md).
+"""
+
+import bisect
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, overload
+
+import numpy as np
+
+from commbench.results.model import ROW_KINDS, Row
+
+FIELDS = tuple(item.name for item in fields(Row))
+PENDING_ROWS = 256  # rows appended one by one are sealed into a block this many at a time
+THOUSANDTHS = 1000.0
+INT32 = 2**31 - 1
+
+
+def _missing(values: list) -> np.ndarray | None:
+    mask = np.fromiter((value is None for value in values), dtype=bool, count=len(values))
+    return mask if mask.any() else None
+
+
+def _narrowest(data: np.ndarray) -> np.ndarray:
+    if not data.size:
+        return data.astype(np.int8)
+    low, high = int(data.min()), int(data.max())
+    for kind in (np.int8, np.int16, np.int32):
+        bounds = np.iinfo(kind)
+        if bounds.min <= low and high <= bounds.max:
+            return data.astype(kind)
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class Numbers:
+    """Numbers of one kind (int or float), None where ``missing``; floats that are whole thousandths are
+    kept as int32 counts of them (``thousandths``)."""
+
+    data: np.ndarray
+    floats: bool
+    thousandths: bool
+    missing: np.ndarray | None
+
+    @classmethod
+    def of(cls, values: list, floats: bool) -> "Numbers | None":
+        """The numbers, or None when a value is of another type (then they are kept as objects)."""
+        wanted = float if floats else int
+        if not all(type(value) is wanted or value is None for value in values):
+            return None
+        missing = _missing(values)
+        filled = values if missing is None else [0 if value is None else value for value in values]
+        if not floats:
+            data = np.array(filled, dtype=np.int64) if filled else np.zeros(0, dtype=np.int64)
+            return cls(_narrowest(data), False, False, missing)
+        data = np.array(filled, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            counts = np.rint(data * THOUSANDTHS)
+            if np.isfinite(counts).all() and (np.abs(counts) <= INT32).all():
+                whole = counts.astype(np.int32)
+                back = whole / THOUSANDTHS  # what item() and decode() give back
+                if ((back == data) & (np.signbit(back) == np.signbit(data))).all():
+                    return cls(whole, True, True, missing)
+        return cls(data, True, False, missing)
+
+    def array(self) -> np.ndarray:
+        """float64 for floats, int64 for ints; float64 with NaN for None where there is one."""
+        if self.thousandths:
+            found = self.data.astype(np.float64) / THOUSANDTHS
+        elif self.floats or self.missing is not None:
+            found = self.data.astype(np.float64)
+        else:
+            return self.data.astype(np.int64)
+        if self.missing is not None:
+            found[self.missing] = np.nan
+        return found
+
+    def decode(self) -> list:
+        found = (self.data.astype(np.float64) / THOUSANDTHS if self.thousandths else self.data).tolist()
+        if self.missing is not None:
+            for index in np.flatnonzero(self.missing).tolist():
+                found[index] = None
+        return found
+
+    def item(self, index: int) -> Any:
+        if self.missing is not None and self.missing[index]:
+            return None
+        value = self.data[index].item()
+        return value / THOUSANDTHS if self.thousandths else value
+
+
+@dataclass(frozen=True, slots=True)
+class Codes:
+    """Text (or any values) as codes into their distinct values."""
+
+    codes: np.ndarray
+    distinct: tuple
+
+    @classmethod
+    def of(cls, values: list) -> "Codes":
+        number: dict[Any, int] = {}
+        codes = np.fromiter((number.setdefault(value, len(number)) for value in values), dtype=np.int64,
+                            count=len(values))
+        return cls(_narrowest(codes), tuple(number))
+
+    def array(self) -> np.ndarray:
+        distinct = np.empty(len(self.distinct), dtype=object)
+        distinct[:] = self.distinct
+        return distinct[self.codes]
+
+    def decode(self) -> list:
+        return [self.distinct[code] for code in self.codes.tolist()]
+
+    def item(self, index: int) -> Any:
+        return self.distinct[int(self.codes[index])]
+
+
+@dataclass(frozen=True, slots=True)
+class Objects:
+    """Values kept as they are: what no other form holds exactly."""
+
+    values: tuple
+
+    def array(self) -> np.ndarray:
+        found = np.empty(len(self.values), dtype=object)
+        found[:] = self.values
+        return found
+
+    def decode(self) -> list:
+        return list(self.values)
+
+    def item(self, index: int) -> Any:
+        return self.values[index]
+
+
+@dataclass(frozen=True, slots=True)
+class Lists:
+    """A list per row: their lengths, and their items end to end."""
+
+    lengths: np.ndarray
+    items: "Numbers | Objects"
+
+    @classmethod
+    def of(cls, values: list) -> "Lists | Objects":
+        if not all(type(value) is list for value in values):
+            return Objects(tuple(values))
+        lengths = _narrowest(np.fromiter(map(len, values), dtype=np.int64, count=len(values)))
+        flat = [item for value in values for item in value]
+        items = Numbers.of(flat, True)
+        return cls(lengths, items if items is not None else Objects(tuple(flat)))
+
+    def array(self) -> np.ndarray:
+        found = np.empty(len(self.lengths), dtype=object)
+        found[:] = self.decode()
+        return found
+
+    def decode(self) -> list:
+        flat = self.items.decode()
+        ends = np.cumsum(self.lengths, dtype=np.int64).tolist()
+        return [flat[end - length:end] for end, length in zip(ends, self.lengths.tolist(), strict=True)]
+
+    def item(self, index: int) -> list:
+        start = int(self.lengths[:index].sum(dtype=np.int64))
+        return [self.items.item(position) for position in range(start, start + int(self.lengths[index]))]
+
+
+Column = Numbers | Codes | Objects | Lists
+
+
+def _encode(name: str, values: list) -> Column:
+    kind, _ = ROW_KINDS[name]
+    if kind is list:
+        return Lists.of(values)
+    if kind is str:
+        return Codes.of(values) if all(type(value) is str for value in values) else Objects(tuple(values))
+    found = Numbers.of(values, floats=kind is float)
+    return found if found is not None else Objects(tuple(values))
+
+
+def _same(values: list) -> bool:
+    """Whether one stored value gives back every one of them exactly (lists: only when all are empty,
+    since a row's list is its own)."""
+    first = values[0]
+    if type(first) is list:
+        return all(type(value) is list and not value for value in values)
+    kind = type(first)
+    if not all(type(value) is kind and value == first for value in values):
+        return False
+    sign = math.copysign(1.0, first) if kind is float else 0.0
+    return kind is not float or all(math.copysign(1.0, value) == sign for value in values)
+
+
+class RowBlock(Sequence[Row]):
+    """Rows measured together (a fabric round's), column by column: ``same`` holds the fields with one
+    value over the block, ``each`` the others. Immutable: ``with_same`` makes a block that shares the
+    columns."""
+
+    __slots__ = ("count", "same", "each")
+
+    def __init__(self, count: int, same: dict[str, Any], each: dict[str, Column]) -> None:
+        self.count, self.same, self.each = count, same, each
+
+    @classmethod
+    def of(cls, rows: Sequence[Row]) -> "RowBlock":
+        if isinstance(rows, RowBlock):
+            return rows
+        same: dict[str, Any] = {}
+        each: dict[str, Column] = {}
+        for name in FIELDS:
+            values = [getattr(row, name) for row in rows]
+            if values and _same(values):
+                same[name] = values[0]
+            else:
+                each[name] = _encode(name, values)
+        return cls(len(rows), same, each)
+
+    @classmethod
+    def of_values(cls, count: int, same: dict[str, Any], each: dict[str, list]) -> "RowBlock":
+        """A block from its fields' values, already checked (saved.py reads a file's blocks through
+        here); a field in neither takes Row's default through the rows it builds."""
+        return cls(count, dict(same), {name: _encode(name, values) for name, values in each.items()})
+
+    def __len__(self) -> int:
+        return self.count
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(self.count))]
+        if not -self.count <= index < self.count:
+            raise IndexError(index)
+        position = index % self.count
+        return self._row({name: column.item(position) for name, column in self.each.items()})
+
+    def __iter__(self) -> Iterator[Row]:
+        decoded = {name: column.decode() for name, column in self.each.items()}
+        for position in range(self.count):
+            yield self._row({name: found[position] for name, found in decoded.items()})
+
+    def _row(self, varying: dict[str, Any]) -> Row:
+        return Row(**{name: list(value) if type(value) is list else value  # each row's list its own
+                      for name, value in self.same.items()}, **varying)
+
+    def values(self, name: str) -> np.ndarray:
+        """One field over the block's rows (see the module docstring for the dtypes)."""
+        column = self.each.get(name)
+        if column is not None:
+            return column.array()
+        if name not in self.same:  # a field its file left out: Row's default, as each row has it
+            return values_of(list(self), name)
+        kind, _ = ROW_KINDS[name]
+        value = self.same[name]
+        if kind in (int, float) and value is None:
+            return np.full(self.count, np.nan)
+        if kind in (int, float) and type(value) is kind:
+            return np.full(self.count, value, dtype=np.int64 if kind is int else np.float64)
+        found = np.empty(self.count, dtype=object)
+        found[:] = [value] * self.count
+        return found
+
+    def with_same(self, **values: Any) -> "RowBlock":
+        """The same rows with these fields set to one value each (a soak stamps its pass and time)."""
+        each = {name: column for name, column in self.each.items() if name not in values}
+        return RowBlock(self.count, {**self.same, **values}, each)
+
+    def saved(self) -> dict[str, Any]:
+        """The block as results.json holds it: {"block_of": count, "same": {field: value}, "each": {field:
+        [a value per row]}} (docs/results.md); never without a list, so that a file holds a value for
+        every row it stands for."""
+        each = {name: column.decode() for name, column in self.each.items()}
+        same = dict(self.same)
+        if not each:
+            each[FIELDS[0]] = [same.pop(FIELDS[0])] * self.count
+        return {"block_of": self.count, "same": same, "each": each}
+
+
+class RowColumns(Sequence[Row]):
+    """A growing sequence of rows kept as blocks: a block appended as it is (its columns shared), rows
+    appended one by one sealed into a block PENDING_ROWS at a time. Reading a row builds it."""
+
+    def __init__(self, rows: Iterable[Row] = ()) -> None:
+        self._blocks: list[RowBlock] = []
+        self._ends: list[int] = []  # the number of rows up to the end of each block
+        self._pending: list[Row] = []
+        self.extend(rows)
+
+    @property
+    def blocks(self) -> list[RowBlock]:
+        self._seal()
+        return list(self._blocks)
+
+    def append(self, row: Row) -> None:
+        self._pending.append(row)
+        if len(self._pending) >= PENDING_ROWS:
+            self._seal()
+
+    def extend(self, rows: Iterable[Row]) -> None:
+        if isinstance(rows, RowBlock | RowColumns):
+            self._seal()
+            for block in [rows] if isinstance(rows, RowBlock) else rows.blocks:
+                self._add(block)
+            return
+        for row in rows:
+            self.append(row)
+
+    def _add(self, block: RowBlock) -> None:
+        if len(block):
+            self._blocks.append(block)
+            self._ends.append(len(self) + len(block))
+
+    def _seal(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._add(RowBlock.of(pending))
+
+    def __len__(self) -> int:
+        return (self._ends[-1] if self._ends else 0) + len(self._pending)
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self)))]
+        self._seal()
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        which = bisect.bisect_right(self._ends, index)
+        return self._blocks[which][index - (self._ends[which - 1] if which else 0)]
+
+    def __iter__(self) -> Iterator[Row]:
+        self._seal()
+        for block in list(self._blocks):
+            yield from block
+
+    def values(self, name: str) -> np.ndarray:
+        """One field over every row, as RowBlock.values gives it."""
+        parts = [block.values(name) for block in self.blocks]
+        if not parts:
+            return np.zeros(0, dtype=np.float64)
+        kinds = {part.dtype for part in parts}
+        if len(kinds) > 1 and np.dtype(object) not in kinds:  # int64 in one block, NaN in another
+            parts = [part.astype(np.float64) for part in parts]
+        return np.concatenate(parts)
+
+
+def values_of(rows: Sequence[Row], name: str) -> np.ndarray:
+    """One field over ``rows`` (a list of Rows, a RowBlock or RowColumns), as RowBlock.values gives it."""
+    if isinstance(rows, RowBlock | RowColumns):
+        return rows.values(name)
+    return RowBlock.of_values(len(rows), {}, {name: [getattr(row, name) for row in rows]}).values(name)
