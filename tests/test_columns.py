@@ -1,5 +1,5 @@
 """Rows kept as columns (results/columns.py) give back exactly the rows stored, whatever their values, and
-read a field over all of them as an array."""
+read a field over all of them as an array; a block written to results.json reads back as its rows."""
 
 import math
 from dataclasses import fields
@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commbench.results.columns import PENDING_ROWS, RowBlock, RowColumns, values_of
-from commbench.results.model import ROW_KINDS, Row
+from commbench.results.model import ROW_KINDS, Row, RunMeta
+from commbench.results.saved import load_run
+from commbench.writers.files import ResultWriter
 
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                    st.sampled_from([0.0, -0.0, 1.5, 2700.123]),
@@ -110,3 +112,53 @@ def test_measured_times_are_kept_as_whole_thousandths_in_four_bytes():
     assert block.each["time_us_min"].data.dtype == np.int32
     assert block.each["samples_us"].items.data.dtype == np.int32
     assert block.each["src_rank"].data.dtype == np.int8 and "pattern" in block.same
+
+
+def _meta() -> RunMeta:
+    return RunMeta(run_id="r1", started_at="t0", command=["commbench"], commbench_version="0",
+                   torch_version="0", python_version="3", backend="gloo", device="cpu", world_size=64,
+                   launcher="local", hostnames=["a"] * 64, versions={}, env={}, config={})
+
+
+def test_a_block_written_to_results_json_reads_back_as_its_rows(tmp_path):
+    writer = ResultWriter(_meta(), tmp_path / "r.csv", tmp_path / "r.json")
+    rows = [_row(index, time_us_max=math.nan if index == 3 else 2900.0) for index in range(40)]
+    writer.add_block(RowBlock.of(rows[:32]))
+    writer.add(rows[32])
+    writer.add_block(RowBlock.of(rows[33:]))
+    writer.finish("complete", "t1")
+    saved = load_run(tmp_path / "r.json").rows
+    assert saved == [row if index != 3 else _row(3, time_us_max=None) for index, row in enumerate(rows)]
+    assert load_run(tmp_path / "r.csv").rows[5].src_rank == rows[5].src_rank and writer.row_count == 40
+
+
+SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=4)
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(where=st.sampled_from(["block_of", "same", "each", "same field", "each field", "each value"]),
+       name=st.sampled_from(["src_rank", "samples_us", "collective", "time_us_p50", "nonsense"]), value=JSON)
+def test_a_damaged_block_loads_or_is_one_line_naming_the_file(tmp_path_factory, where, name, value):
+    import json
+
+    from commbench.errors import UsageError
+
+    block = RowBlock.of([_row(index) for index in range(3)]).saved()
+    if where in ("block_of", "same", "each"):
+        block[where] = value
+    elif where == "same field":
+        block["same"][name] = value
+    elif where == "each field":
+        block["each"][name] = value
+    else:
+        block["each"].setdefault(name, [None] * 3)[1] = value
+    path = tmp_path_factory.mktemp("damaged") / "r.json"
+    path.write_text(json.dumps({"schema": 2, "meta": {}, "rows": [block]}))
+    try:
+        rows = load_run(path).rows
+    except UsageError as error:
+        assert str(error).startswith(f"{path}: not a commbench results.json") and "\n" not in str(error)
+    else:
+        assert len(rows) == block["block_of"] and all(isinstance(row, Row) for row in rows)

@@ -4,7 +4,7 @@ and interrupted), plot, report and compare on its result, and bad input."""
 
 import json
 import signal
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,14 @@ class FabricRun:
 
     def payload(self) -> dict:
         return json.loads(self.json.read_text())
+
+    def rows(self) -> list[dict]:
+        """Every row as the reader gives it back (a round's rows are one block of columns in the file)."""
+        return saved_rows(self.json)
+
+
+def saved_rows(path: Path) -> list[dict]:
+    return [asdict(row) for row in load_run(path).rows]
 
 
 def _fabric(where: Path, *args: str) -> FabricRun:
@@ -67,7 +75,10 @@ def test_the_json_holds_the_matrices_every_pair_both_ways_and_the_suspects(four_
             assert src == dst or matrix[src][dst] > 0 and fabric["latency_us"][src][dst] > 0
     assert isinstance(fabric["suspects"], list) and isinstance(fabric["drain"], list)
     assert fabric["verdict"][0].startswith("verdict: ")
-    rows = payload["rows"]
+    # each of the 3 rounds is one block of its 8 rows' columns (2 pairs, both ways, bandwidth and latency)
+    assert [item.get("block_of") for item in payload["rows"][:3]] == [8, 8, 8]
+    assert "src_rank" in payload["rows"][0]["each"] and payload["rows"][0]["same"]["pattern"] == "fabric"
+    rows = four_ranks.rows()
     first_time = [row for row in rows if row["phase"] != "recheck"]  # a noisy machine may recheck a pair
     for collective in ("p2p_uni", "ping_pong"):
         directions = sorted((row["src_rank"], row["dst_rank"]) for row in first_time
@@ -80,7 +91,7 @@ def test_the_json_holds_the_matrices_every_pair_both_ways_and_the_suspects(four_
 
 
 def test_fabric_rows_carry_the_statistics_every_row_has(four_ranks):
-    rows = four_ranks.payload()["rows"]
+    rows = four_ranks.rows()
     for row in rows:
         samples = row["samples_us"]
         assert row["samples"] == len(samples) == row["iters"] and row["time_us_p99"] is not None
@@ -139,8 +150,7 @@ def test_serial_sampled_rounds_measure_k_peers_per_rank(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "4 pairs of 4 ranks in 2 rounds sampled (--sample 2), one pair at a time (--serial)" in \
         " ".join(run.stdout.split())
-    rows = [row for row in run.payload()["rows"]
-            if row["collective"] == "p2p_uni" and row["phase"] != "recheck"]
+    rows = [row for row in run.rows() if row["collective"] == "p2p_uni" and row["phase"] != "recheck"]
     assert len(rows) == 8 and {row["phase"] for row in rows} == {"serial"}
     peers = {rank: {row["dst_rank"] for row in rows if row["src_rank"] == rank} for rank in range(4)}
     assert all(len(found) == 2 for found in peers.values())
@@ -163,7 +173,7 @@ def test_a_soak_repeats_passes_and_reports_drift(tmp_path):
     payload = run.payload()
     passes = payload["fabric"]["passes"]
     assert len(passes) == 3 and "drift: median bandwidth per pass" in run.stdout
-    rows = payload["rows"]
+    rows = run.rows()
     assert sorted({row["repeat"] for row in rows}) == list(range(len(passes)))
     elapsed = [row["elapsed_s"] for row in rows]
     assert elapsed == sorted(elapsed)
@@ -209,9 +219,10 @@ def test_interrupting_a_soak_keeps_every_row_and_the_analysis(tmp_path):
     assert proc.returncode == 128 + signal.SIGINT, stderr
     payload = json.loads(json_path.read_text())
     assert payload["meta"]["status"] == "interrupted"
-    kept = len(payload["rows"])
+    rows = saved_rows(json_path)
+    kept = len(rows)
     assert kept == len(csv_rows(csv_path)) > per_pass
-    assert max(row["repeat"] for row in payload["rows"]) >= 1
+    assert max(row["repeat"] for row in rows) >= 1
     assert payload["fabric"]["passes"]  # the analysis of the passes it finished
     # the console concludes on the rows so far (the fabric's tables, not a pattern's) and says so
     assert stdout.count("verdict: ") == 1 and "bandwidth GB/s, 64 KiB messages" in " ".join(stdout.split())

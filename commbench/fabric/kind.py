@@ -9,6 +9,7 @@ host list first, since a file from elsewhere is not to be trusted.
 
 import base64
 import io
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -90,9 +91,9 @@ def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -
             + "\n".join(parts) + "\n</body></html>\n")
 
 
-def print_live_fabric(console: Console, rows: list[Row], run: LiveRun) -> None:
+def print_live_fabric(console: Console, rows: Sequence[Row], run: LiveRun) -> None:
     print_fabric_rows(console, rows, run.hostnames, run.config)
 
 
 FABRIC = register_kind(ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric,
-                                  report_page=fabric_report_page, compares_alone=True))
+                                  report_page=fabric_report_page, compares_alone=True, fitted=False))

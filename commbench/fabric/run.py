@@ -2,7 +2,8 @@
 
 Every rank measures and gathers every other rank's times; rank 0 alone builds the rows, records them
 and analyses them, and its conclusions (what to recheck, the suspects) are broadcast, so all recheck
-together and exit with one status (the other ranks keep no rows: a full pass has 2N(N-1)). The
+together and exit with one status (the other ranks keep no rows: a full pass has 2N(N-1), which rank 0
+keeps as blocks of columns, results/columns.py, shared by the pass, the soak and the console). The
 `fabric` part of results.json is rewritten after every pass, so an interrupted soak leaves the analysis
 of the passes it finished; once every row is in, the run is one table (Output.table_done), which the
 console shows as the matrices and the verdict (fabric.tables; an interrupted run shows those of the
@@ -11,6 +12,7 @@ rows so far).
 
 import os
 import sys
+from collections.abc import Sequence
 from functools import partial
 
 from commbench.backends.base import Backend
@@ -26,6 +28,7 @@ from commbench.fabric.measure import (
     node_groups,
 )
 from commbench.fabric.schedule import make_schedule, pack_rounds
+from commbench.results.columns import RowColumns
 from commbench.results.model import Row
 from commbench.running.runner import Session
 from commbench.running.soak import repeat_until
@@ -50,7 +53,7 @@ def soak_text(duration_s: float | None, passes: int | None) -> str:
 
 
 def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, session: Session,
-               outcome: Outcome | None = None) -> list[Row]:
+               outcome: Outcome | None = None) -> Sequence[Row]:
     """The work launch runs on every rank (commbench.running.launch.Work); every row, stamped."""
     (config,) = configs
     hostnames = list(session.hostnames)
@@ -65,7 +68,7 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     if config.launch.duration_s is None and config.launch.passes is None:
         output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
 
-    def publish(rows: list[Row]) -> None:
+    def publish(rows: Sequence[Row]) -> None:
         if backend.rank == 0:
             output.section(FABRIC.name, analyse(rows, hostnames, config.slow_factor).to_dict())
 
@@ -92,12 +95,12 @@ def _latency_alone(backend: Backend, config: FabricConfig, hostnames: list[str])
 RECHECK = "recheck"
 
 
-def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
+def fabric_pass(ctx: FabricContext, output: Output) -> RowColumns:
     """One pass: the schedule's rounds and the node all_reduces; then, once more, what a suspect rests
     on when that is a single measurement (a slow link no host or rank explains, or a host's one
     intra-node all_reduce), since one measurement can be disturbed by anything else on the machine."""
     rows = measure_rounds(ctx, ctx.schedule.rounds, output, ctx.phase)
-    rows += measure_nodes(ctx, output, ctx.phase)
+    rows.extend(measure_nodes(ctx, output, ctx.phase))
     decision = None
     if ctx.backend.rank == 0:  # the others have no rows: rank 0 decides for all, so none is left waiting
         analysis = analyse(rows, ctx.hostnames, ctx.config.slow_factor)
@@ -106,10 +109,10 @@ def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
     if pairs:
         output.note(f"rechecking {len(pairs)} pair{'s' if len(pairs) > 1 else ''} that one measurement found "
                     f"slow: {', '.join(f'{low}-{high}' for low, high in pairs)}")
-        rows += measure_rounds(ctx, pack_rounds(pairs), output, RECHECK)
+        rows.extend(measure_rounds(ctx, pack_rounds(pairs), output, RECHECK))
     if nodes:
         output.note("rechecking the node all_reduces: one of them named a host")
-        rows += measure_nodes(ctx, output, RECHECK)
+        rows.extend(measure_nodes(ctx, output, RECHECK))
     return rows
 
 

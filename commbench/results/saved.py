@@ -8,7 +8,7 @@ dropped. The commands on saved files (compare, plot, report) and ``commbench.loa
 import csv
 import glob
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,24 @@ def row_from_saved(saved: dict[str, Any], from_text: bool = False) -> Row:
     return Row(**{name: convert(name, value) for name, value in saved.items() if name in ROW_KINDS})
 
 
+def _saved_rows(item: Any) -> Iterator[Any]:
+    """The saved rows of one item of a results.json's rows: a row's object as it is, or each row of a
+    block of rows measured together ({"block_of": count, "same": {field: value}, "each": {field: [a
+    value per row]}}, results/columns.py), its values checked by row_from_saved like any row's."""
+    if not (isinstance(item, dict) and "block_of" in item):
+        yield item
+        return
+    count, same, each = item["block_of"], item.get("same"), item.get("each")
+    if type(count) is not int or not isinstance(same, dict) or not isinstance(each, dict) or not each:
+        raise TypeError("a block of rows is not {block_of: count, same: {...}, each: {field: [...]}}")
+    for name, values in each.items():
+        if not isinstance(values, list) or len(values) != count:
+            raise ValueError(f"a block of {count} rows has {name} {str(values)[:40]!r}, not {count} values")
+    for index in range(count):  # a list in same is each row's own
+        yield {**{name: list(value) if isinstance(value, list) else value for name, value in same.items()},
+               **{name: values[index] for name, values in each.items()}}
+
+
 # The metadata readers use, with the type each must have when present (RunMeta writes them all).
 META_KINDS = {"run_id": str, "started_at": str, "status": str, "backend": str, "device": str,
               "world_size": int, "launcher": str, "hostnames": list, "versions": dict, "command": list,
@@ -92,7 +110,7 @@ def _read_json(path: Path) -> SavedRun:
         value = payload.get("meta", {}).get(name)
         if value is not None and not isinstance(value, kind):
             raise TypeError(f"meta {name} is {value!r}, not {kind.__name__}")
-    rows = [row_from_saved(raw) for raw in payload["rows"]]
+    rows = [row_from_saved(raw) for item in payload["rows"] for raw in _saved_rows(item)]
     return SavedRun(meta=payload.get("meta", {}), rows=rows, path=path,
                     fits=[dict(fit) for fit in payload.get("fits", [])])
 

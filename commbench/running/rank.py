@@ -14,7 +14,7 @@ need (its start-up stays well under a second).
 import os
 import signal
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
-Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
+Work = Callable[[list[Any], Backend, Output, Session], Sequence[Row]]
 # Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
 # would; the others must then time out at that size and name it.
 TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"

@@ -9,7 +9,7 @@ interrupted) so a reader of results.json always knows.
 import platform
 import shlex
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +19,9 @@ from commbench import __version__
 from commbench.backends.base import Backend
 from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.core.groups import GroupPlan
+from commbench.results.columns import RowBlock, RowColumns
 from commbench.results.fit import fit_rows
+from commbench.results.kinds import kind_named
 from commbench.results.model import Row, RunMeta
 from commbench.writers.files import ResultWriter
 from commbench.writers.formats import Reporter, make_reporter
@@ -84,7 +86,7 @@ class Recording:
         self.reporter.header(meta)
         csv_path, json_path = result_paths(setup, meta.run_id)
         self.writer = ResultWriter(meta, csv_path, json_path)
-        self.table_rows: list[Row] = []  # the rows of the table being measured
+        self.table_rows = RowColumns()  # the rows of the table being measured
 
     def note(self, text: str) -> None:
         self.reporter.note(text)
@@ -96,18 +98,24 @@ class Recording:
         self.reporter.working(text)
 
     def row(self, row: Row) -> None:
-        self.batch([row])
+        self.writer.add(row)
+        self._shown([row])
+        self.table_rows.append(row)
 
-    def batch(self, rows: list[Row]) -> None:
-        self.writer.add_all(rows)
+    def batch(self, rows: RowBlock) -> None:
+        self.writer.add_block(rows)
+        self._shown(rows)
+        self.table_rows.extend(rows)  # the block's columns, shared
+
+    def _shown(self, rows: Iterable[Row]) -> None:
         for row in rows:
-            self.table_rows.append(row)
             self.reporter.row(row)
             self.reporter.advance()
 
-    def table_done(self, rows: list[Row]) -> None:
-        self.table_rows = []
-        fits = fit_rows(rows)
+    def table_done(self, rows: Sequence[Row]) -> None:
+        self.table_rows = RowColumns()
+        kind = kind_named(rows[0].pattern) if rows else None
+        fits = fit_rows(rows) if kind is None or kind.fitted else []
         if fits:
             self.writer.add_fits([fit.to_dict() for fit in fits])
         self.reporter.table_done(rows, fits)
@@ -138,6 +146,6 @@ class Recording:
         self.reporter.close()
         if self.table_rows:
             self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
-        self.reporter.note(f"interrupted by {signal_name}: {len(self.writer.rows)} rows measured and kept")
+        self.reporter.note(f"interrupted by {signal_name}: {self.writer.row_count} rows measured and kept")
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()

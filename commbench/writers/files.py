@@ -1,26 +1,33 @@
 """How a run writes its files as rows arrive (reading them back: results/saved.py).
 
-Rows are written as measured: the CSV synced per row (per batch of rows measured together, such as a
+Rows are written as measured: the CSV synced per row (per block of rows measured together, such as a
 fabric round's), the JSON rewritten atomically (temporary file, fsync, rename) per row up to
 JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for fits, sections and the end. A
 stopped run keeps every row it finished; no reader sees a half-written JSON. Each row's JSON text is made
-once, when it arrives, one row per line: a rewrite joins the texts (re-encoding every row each time cost
-seconds per size at thousands of ranks, whose rows hold a value per rank).
+once, when it arrives, one row per line, and a block of rows measured together is one line of its
+columns (results.columns.RowBlock.saved: a fabric round's 2N rows share all but a few fields). The texts
+wait in a spool that moves from memory to an unnamed temporary file past SPOOL_IN_MEMORY bytes, and a
+rewrite copies them into the new JSON: the writer holds no rows, so a full fabric pass's two million
+cost rank 0 no memory here (re-encoding every row each time cost seconds per size at thousands of ranks).
 """
 
 import csv
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from commbench.results.columns import RowBlock
 from commbench.results.model import CSV_COLUMNS, Row, RunMeta
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rows measured together as blocks of columns; fabric's matrices as measured pairs
+SPOOL_IN_MEMORY = 64 * 2**20  # bytes of row texts kept in memory before the spool moves to a file
 JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row (each holds every row)
 JSON_INTERVAL_S = 1.0  # beyond, at most this often, and at most once per 10 times the last rewrite's time
 
@@ -66,19 +73,28 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 def row_json(row: Row) -> str:
     """A row's JSON object on one line (NaN and infinity as null)."""
     values = {field.name: getattr(row, field.name) for field in fields(row)}  # no deep copy of the lists
+    return _one_line(values)
+
+
+def _one_line(value: Any) -> str:
     try:
-        return json.dumps(values, allow_nan=False)
+        return json.dumps(value, allow_nan=False)
     except ValueError:
-        return json.dumps(clean_for_json(values))
+        return json.dumps(clean_for_json(value))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    write_atomic(path, lambda out: out.write(text.encode()))
+
+
+def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """``write(file)`` into a temporary file beside ``path``, then a newline, fsync, and the rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-            out.write("\n")
+        with os.fdopen(handle, "wb") as out:
+            write(out)
+            out.write(b"\n")
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -94,11 +110,13 @@ class ResultWriter:
         self.meta = meta
         self.csv_path = csv_path
         self.json_path = json_path
-        self.rows: list[Row] = []
+        self.row_count = 0
         self.fits: list[dict[str, Any]] = []
         self.sections: dict[str, Any] = {}  # named parts beside the rows (fabric's matrices, suspects)
-        self._row_texts: list[str] = []  # each row's JSON text, made once
         self._json_due = 0.0  # time.monotonic() after which a new row rewrites the JSON
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        # each row's (each block's) JSON text, made once, joined by ",\n"; unnamed once on disk
+        self._texts = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY, dir=json_path.parent)
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
         self._csv = csv.writer(self._csv_file)
@@ -107,18 +125,22 @@ class ResultWriter:
         self._write_json()
 
     def add(self, row: Row) -> None:
-        self.add_all([row])
+        self._add(row_json(row), [row])
 
-    def add_all(self, rows: list[Row]) -> None:
-        """Rows measured together: each CSV line written, then one sync for all of them."""
+    def add_block(self, block: RowBlock) -> None:
+        """Rows measured together: one line of columns in the JSON, each row's CSV line, one sync."""
+        if len(block):
+            self._add(_one_line(block.saved()), block)
+
+    def _add(self, text: str, rows: "RowBlock | list[Row]") -> None:
+        self._texts.write(((",\n" if self.row_count else "") + text).encode())
         for row in rows:
-            self.rows.append(row)
-            self._row_texts.append(row_json(row))
             self._csv.writerow(["" if (value := getattr(row, name)) is None else value
                                 for name in CSV_COLUMNS])
+        self.row_count += len(rows)
         self._csv_file.flush()
         os.fsync(self._csv_file.fileno())
-        if len(self.rows) <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
+        if self.row_count <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
             self._write_json()
 
     def add_fits(self, fits: list[dict[str, Any]]) -> None:
@@ -137,6 +159,7 @@ class ResultWriter:
         self.meta.error = error
         self._write_json()
         self._csv_file.close()
+        self._texts.close()
 
     def _write_json(self) -> None:
         started = time.monotonic()
@@ -144,6 +167,19 @@ class ResultWriter:
         meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
         text = readable_json({"schema": SCHEMA_VERSION, "meta": meta, "rows": marker, "fits": self.fits,
                               **self.sections})
-        rows = "[\n" + ",\n".join(self._row_texts) + "\n]" if self._row_texts else "[]"
-        write_text_atomic(self.json_path, text.replace(json.dumps(marker), rows, 1))
+        before, after = text.split(json.dumps(marker), 1)
+
+        def write(out: IO[bytes]) -> None:
+            out.write(before.encode())
+            if self.row_count:
+                out.write(b"[\n")
+                self._texts.seek(0)
+                shutil.copyfileobj(self._texts, out)
+                self._texts.seek(0, os.SEEK_END)
+                out.write(b"\n]")
+            else:
+                out.write(b"[]")
+            out.write(after.encode())
+
+        write_atomic(self.json_path, write)
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
