@@ -41,6 +41,14 @@ def saved_rows(path: Path) -> list[dict]:
     return [asdict(row) for row in load_run(path).rows]
 
 
+def dense(sparse: dict, size: int) -> list[list[float | None]]:
+    """A matrix of the `fabric` part of results.json (its measured entries) with None where unmeasured."""
+    matrix: list[list[float | None]] = [[None] * size for _ in range(size)]
+    for src, dst, value in zip(sparse["src"], sparse["dst"], sparse["value"], strict=True):
+        matrix[src][dst] = value
+    return matrix
+
+
 def _fabric(where: Path, *args: str) -> FabricRun:
     json_path, csv_path = where / "fabric.json", where / "fabric.csv"
     result = commbench("fabric", *args, "--json", str(json_path), "--csv", str(csv_path), "--timeout", "60")
@@ -67,12 +75,12 @@ def test_four_local_ranks_print_both_matrices_and_a_verdict(four_ranks):
 def test_the_json_holds_the_matrices_every_pair_both_ways_and_the_suspects(four_ranks):
     payload = four_ranks.payload()
     fabric = payload["fabric"]
-    matrix = fabric["bandwidth_gbps"]
-    assert len(matrix) == 4 and all(len(line) == 4 for line in matrix)
+    matrix, latency = dense(fabric["bandwidth_gbps"], 4), dense(fabric["latency_us"], 4)
+    assert len(fabric["bandwidth_gbps"]["src"]) == 12  # the measured entries only
     for src in range(4):
         for dst in range(4):
             assert (matrix[src][dst] is None) == (src == dst)
-            assert src == dst or matrix[src][dst] > 0 and fabric["latency_us"][src][dst] > 0
+            assert src == dst or matrix[src][dst] > 0 and latency[src][dst] > 0
     assert isinstance(fabric["suspects"], list) and isinstance(fabric["drain"], list)
     assert fabric["verdict"][0].startswith("verdict: ")
     # each of the 3 rounds is one block of its 8 rows' columns (2 pairs, both ways, bandwidth and latency)
@@ -109,7 +117,7 @@ def test_the_saved_verdict_is_what_the_saved_rows_say(four_ranks):
     run = load_run(four_ranks.json)
     analysis = analyse(run.rows, run.meta["hostnames"], run.meta["config"]["slow_factor"])
     assert analysis.to_dict()["verdict"] == four_ranks.payload()["fabric"]["verdict"]
-    assert analysis.matrices.bandwidth_gbps == four_ranks.payload()["fabric"]["bandwidth_gbps"]
+    assert analysis.matrices.bandwidth_gbps.to_dict() == four_ranks.payload()["fabric"]["bandwidth_gbps"]
 
 
 def test_plot_draws_the_heatmaps_of_a_fabric_result(four_ranks, tmp_path):
@@ -154,7 +162,7 @@ def test_serial_sampled_rounds_measure_k_peers_per_rank(tmp_path):
     assert len(rows) == 8 and {row["phase"] for row in rows} == {"serial"}
     peers = {rank: {row["dst_rank"] for row in rows if row["src_rank"] == rank} for rank in range(4)}
     assert all(len(found) == 2 for found in peers.values())
-    matrix = run.payload()["fabric"]["bandwidth_gbps"]
+    matrix = dense(run.payload()["fabric"]["bandwidth_gbps"], 4)
     assert sum(value is None for line in matrix for value in line) == 4 + 4  # the diagonal and 2 pairs
 
 

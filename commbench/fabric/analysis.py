@@ -8,19 +8,21 @@ the exit status) and on a saved file (plot, report); to_dict is the `fabric` par
 """
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from commbench.fabric.drift import PassMedian, Spike, drift_line, find_spikes, pass_medians
+from commbench.fabric.drift import MIN_PASSES, PassMedian, Spike, drift_line, find_spikes, pass_medians
 from commbench.fabric.matrices import (
     BANDWIDTH_COLLECTIVE,
     LATENCY_COLLECTIVE,
     FabricMatrices,
+    Pair,
+    PairPasses,
     build_matrices,
     class_medians,
-    median_values,
-    pair_passes,
+    measured_passes,
+    pair_medians,
 )
 from commbench.fabric.outliers import (
     DEFAULT_SLOW_FACTOR,
@@ -94,8 +96,9 @@ class FabricAnalysis:
         matrices = self.matrices
         return {
             "hostnames": matrices.hostnames, "hosts": matrices.hosts,
-            "bandwidth_gbps": matrices.bandwidth_gbps, "latency_us": matrices.latency_us,
-            "host_bandwidth_gbps": matrices.host_bandwidth_gbps, "host_latency_us": matrices.host_latency_us,
+            "bandwidth_gbps": matrices.bandwidth_gbps.to_dict(), "latency_us": matrices.latency_us.to_dict(),
+            "host_bandwidth_gbps": matrices.host_bandwidth_gbps.to_dict(),
+            "host_latency_us": matrices.host_latency_us.to_dict(),
             "medians": self.medians,
             "all_reduce": [{"layout": node.layout, "host": node.host, "ranks": node.ranks,
                             "busbw_gbps": node.busbw_gbps, "time_us": node.time_us}
@@ -114,7 +117,7 @@ class FabricAnalysis:
         }
 
 
-def analyse(rows: list[Row], hostnames: list[str], slow_factor: float) -> FabricAnalysis:
+def analyse(rows: Sequence[Row], hostnames: list[str], slow_factor: float) -> FabricAnalysis:
     collecting = gc.isenabled()
     gc.disable()  # millions of rows and pairs, and no cycles: the collector would walk them again and again
     try:
@@ -124,17 +127,29 @@ def analyse(rows: list[Row], hostnames: list[str], slow_factor: float) -> Fabric
             gc.enable()
 
 
-def _analyse(rows: list[Row], hostnames: list[str], slow_factor: float) -> FabricAnalysis:
-    passes = pair_passes(rows)  # the one pass over the rows: everything else works on the pairs
-    by_collective = {collective: median_values(passes.get(collective, {}))
-                     for collective in (BANDWIDTH_COLLECTIVE, LATENCY_COLLECTIVE)}
+def _analyse(rows: Sequence[Row], hostnames: list[str], slow_factor: float) -> FabricAnalysis:
+    passes = measured_passes(rows)  # the one pass over the rows, a column at a time
+    by_collective = pair_medians(passes, len(hostnames))
     matrices = build_matrices(rows, hostnames, by_collective)
     values = {metric.name: by_collective[collective]
               for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY))}
     medians = {name: class_medians(found, hostnames) for name, found in values.items()}
     suspects, judged = find_suspects(values, hostnames, matrices.nodes, slow_factor)
-    return FabricAnalysis(matrices, judged, suspects, find_spikes(rows, slow_factor, passes),
+    return FabricAnalysis(matrices, judged, suspects, find_spikes(rows, slow_factor, _repeated(rows, passes)),
                           pass_medians(rows, passes), medians, slow_factor)
+
+
+def _repeated(rows: Sequence[Row], passes: dict[str, PairPasses]) -> dict[str, dict[Pair, list[Row]]]:
+    """The pair directions measured in MIN_PASSES passes or more, with each pass's row: the only ones
+    find_spikes looks at (a single pass has none, so its rows are never each built)."""
+    found: dict[str, dict[Pair, list[Row]]] = {}
+    for collective, table in passes.items():
+        found[collective] = {
+            (int(table.src[start]), int(table.dst[start])): [rows[index] for index in
+                                                             table.row[start:start + count].tolist()]
+            for start, count in zip(table.starts.tolist(), table.counts().tolist(), strict=True)
+            if count >= MIN_PASSES}
+    return found
 
 
 def recorded_slow_factor(config: Mapping[str, Any]) -> float:
