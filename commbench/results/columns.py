@@ -19,8 +19,11 @@ block as its columns too (``saved``; docs/results.md).
 
 import bisect
 import math
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
+from itertools import chain, repeat
+from types import NoneType
 from typing import Any, overload
 
 import numpy as np
@@ -28,14 +31,16 @@ import numpy as np
 from commbench.results.model import ROW_KINDS, Row
 
 FIELDS = tuple(item.name for item in fields(Row))
+_EVERY_FIELD = operator.attrgetter(*FIELDS)  # a row's values, in FIELDS order
 PENDING_ROWS = 256  # rows appended one by one are sealed into a block this many at a time
 THOUSANDTHS = 1000.0
 INT32 = 2**31 - 1
 
 
-def _missing(values: list) -> np.ndarray | None:
-    mask = np.fromiter((value is None for value in values), dtype=bool, count=len(values))
-    return mask if mask.any() else None
+def _missing(values: Sequence) -> np.ndarray | None:
+    if None not in values:
+        return None
+    return np.fromiter(map(operator.is_, values, repeat(None)), dtype=bool, count=len(values))
 
 
 def _narrowest(data: np.ndarray) -> np.ndarray:
@@ -60,10 +65,9 @@ class Numbers:
     missing: np.ndarray | None
 
     @classmethod
-    def of(cls, values: list, floats: bool) -> "Numbers | None":
+    def of(cls, values: Sequence, floats: bool) -> "Numbers | None":
         """The numbers, or None when a value is of another type (then they are kept as objects)."""
-        wanted = float if floats else int
-        if not all(type(value) is wanted or value is None for value in values):
+        if not set(map(type, values)) <= {float if floats else int, NoneType}:
             return None
         missing = _missing(values)
         filled = values if missing is None else [0 if value is None else value for value in values]
@@ -114,11 +118,11 @@ class Codes:
     distinct: tuple
 
     @classmethod
-    def of(cls, values: list) -> "Codes":
-        number: dict[Any, int] = {}
-        codes = np.fromiter((number.setdefault(value, len(number)) for value in values), dtype=np.int64,
-                            count=len(values))
-        return cls(_narrowest(codes), tuple(number))
+    def of(cls, values: Sequence) -> "Codes":
+        distinct = tuple(dict.fromkeys(values))
+        number = {value: code for code, value in enumerate(distinct)}
+        codes = np.fromiter(map(number.__getitem__, values), dtype=np.int64, count=len(values))
+        return cls(_narrowest(codes), distinct)
 
     def array(self) -> np.ndarray:
         distinct = np.empty(len(self.distinct), dtype=object)
@@ -158,11 +162,11 @@ class Lists:
     items: "Numbers | Objects"
 
     @classmethod
-    def of(cls, values: list) -> "Lists | Objects":
-        if not all(type(value) is list for value in values):
+    def of(cls, values: Sequence) -> "Lists | Objects":
+        if set(map(type, values)) != {list}:
             return Objects(tuple(values))
         lengths = _narrowest(np.fromiter(map(len, values), dtype=np.int64, count=len(values)))
-        flat = [item for value in values for item in value]
+        flat = list(chain.from_iterable(values))
         items = Numbers.of(flat, True)
         return cls(lengths, items if items is not None else Objects(tuple(flat)))
 
@@ -184,27 +188,28 @@ class Lists:
 Column = Numbers | Codes | Objects | Lists
 
 
-def _encode(name: str, values: list) -> Column:
+def _encode(name: str, values: Sequence) -> Column:
     kind, _ = ROW_KINDS[name]
     if kind is list:
         return Lists.of(values)
     if kind is str:
-        return Codes.of(values) if all(type(value) is str for value in values) else Objects(tuple(values))
+        return Codes.of(values) if set(map(type, values)) == {str} else Objects(tuple(values))
     found = Numbers.of(values, floats=kind is float)
     return found if found is not None else Objects(tuple(values))
 
 
-def _same(values: list) -> bool:
+def _same(values: Sequence) -> bool:
     """Whether one stored value gives back every one of them exactly (lists: only when all are empty,
     since a row's list is its own)."""
     first = values[0]
-    if type(first) is list:
-        return all(type(value) is list and not value for value in values)
-    kind = type(first)
-    if not all(type(value) is kind and value == first for value in values):
+    kinds = set(map(type, values))
+    if kinds == {list}:
+        return not any(values)
+    if len(kinds) > 1 or values.count(first) != len(values):  # count: identical, or equal
         return False
-    sign = math.copysign(1.0, first) if kind is float else 0.0
-    return kind is not float or all(math.copysign(1.0, value) == sign for value in values)
+    if type(first) is float and first != first:  # NaN: counted by identity only if every one is the same
+        return all(map(operator.is_, values, repeat(first)))
+    return type(first) is not float or first != 0 or len({math.copysign(1.0, value) for value in values}) == 1
 
 
 class RowBlock(Sequence[Row]):
@@ -223,19 +228,13 @@ class RowBlock(Sequence[Row]):
             return rows
         same: dict[str, Any] = {}
         each: dict[str, Column] = {}
-        for name in FIELDS:
-            values = [getattr(row, name) for row in rows]
+        columns = zip(*map(_EVERY_FIELD, rows), strict=True) if len(rows) else ([] for _ in FIELDS)
+        for name, values in zip(FIELDS, columns, strict=True):
             if values and _same(values):
                 same[name] = values[0]
             else:
                 each[name] = _encode(name, values)
         return cls(len(rows), same, each)
-
-    @classmethod
-    def of_values(cls, count: int, same: dict[str, Any], each: dict[str, list]) -> "RowBlock":
-        """A block from its fields' values, already checked (saved.py reads a file's blocks through
-        here); a field in neither takes Row's default through the rows it builds."""
-        return cls(count, dict(same), {name: _encode(name, values) for name, values in each.items()})
 
     def __len__(self) -> int:
         return self.count
@@ -255,9 +254,27 @@ class RowBlock(Sequence[Row]):
         return self._row({name: column.item(position) for name, column in self.each.items()})
 
     def __iter__(self) -> Iterator[Row]:
-        decoded = {name: column.decode() for name, column in self.each.items()}
-        for position in range(self.count):
-            yield self._row({name: found[position] for name, found in decoded.items()})
+        return map(Row, *self.columns(FIELDS))
+
+    def columns(self, names: Sequence[str], none: Any = None) -> list[Iterable]:
+        """Each field's value per row, in the order of ``names``: the rows column by column (a list in
+        ``same`` copied for each row, so that each row's list is its own), ``none`` for None (the CSV's
+        empty cell)."""
+        found: list[Iterable] = []
+        for name in names:
+            column = self.each.get(name)
+            if column is not None:
+                values = column.decode()
+                if none is not None and None in values:
+                    values = [none if value is None else value for value in values]
+                found.append(values)
+                continue
+            value = self.same[name]
+            if type(value) is list:
+                found.append(map(list, repeat(value, self.count)))
+            else:
+                found.append(repeat(none if value is None else value, self.count))
+        return found
 
     def _row(self, varying: dict[str, Any]) -> Row:
         return Row(**{name: list(value) if type(value) is list else value  # each row's list its own
@@ -268,8 +285,6 @@ class RowBlock(Sequence[Row]):
         column = self.each.get(name)
         if column is not None:
             return column.array()
-        if name not in self.same:  # a field its file left out: Row's default, as each row has it
-            return values_of(list(self), name)
         kind, _ = ROW_KINDS[name]
         value = self.same[name]
         if kind in (int, float) and value is None:
@@ -374,4 +389,4 @@ def values_of(rows: Sequence[Row], name: str) -> np.ndarray:
     """One field over ``rows`` (a list of Rows, a RowBlock or RowColumns), as RowBlock.values gives it."""
     if isinstance(rows, RowBlock | RowColumns):
         return rows.values(name)
-    return RowBlock.of_values(len(rows), {}, {name: [getattr(row, name) for row in rows]}).values(name)
+    return _encode(name, list(map(operator.attrgetter(name), rows))).array()

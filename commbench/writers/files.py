@@ -125,19 +125,20 @@ class ResultWriter:
         self._write_json()
 
     def add(self, row: Row) -> None:
-        self._add(row_json(row), [row])
+        self._csv.writerow(["" if (value := getattr(row, name)) is None else value for name in CSV_COLUMNS])
+        self._add(row_json(row), 1)
 
     def add_block(self, block: RowBlock) -> None:
         """Rows measured together: one line of columns in the JSON, each row's CSV line, one sync."""
-        if len(block):
-            self._add(_one_line(block.saved()), block)
+        if not len(block):
+            return
+        self._csv.writerows(zip(*block.columns(CSV_COLUMNS, none=""), strict=True))
+        self._add(_one_line(block.saved()), len(block))
 
-    def _add(self, text: str, rows: "RowBlock | list[Row]") -> None:
+    def _add(self, text: str, count: int) -> None:
+        """A row's (a block's) JSON text, after its CSV lines: one sync, and the JSON when it is due."""
         self._texts.write(((",\n" if self.row_count else "") + text).encode())
-        for row in rows:
-            self._csv.writerow(["" if (value := getattr(row, name)) is None else value
-                                for name in CSV_COLUMNS])
-        self.row_count += len(rows)
+        self.row_count += count
         self._csv_file.flush()
         os.fsync(self._csv_file.fileno())
         if self.row_count <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
