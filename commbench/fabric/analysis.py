@@ -4,7 +4,8 @@ Suspects come from the matrices (each pair's median over the soak's passes); spi
 soak over time, reported beside the verdict but naming no suspect (a single pass can be disturbed by
 anything else on the machine; a flaky link is for a person to read off the spikes and the figure).
 Computed from rows and host names alone, the same way on every rank during a run (so every rank knows
-the exit status) and on a saved file (plot, report); to_dict is the `fabric` part of results.json.
+the exit status) and on a saved file (plot, report); to_dict is the `fabric` part of results.json (the
+matrices' entries as numpy arrays, which the writer writes as JSON lists).
 """
 
 import gc

@@ -80,9 +80,10 @@ class PairValues:
         grid[position[self.src], position[self.dst]] = self.value
         return grid
 
-    def to_dict(self) -> dict[str, list]:
-        """results.json's form: the measured entries as three lists (docs/clusters.md#results)."""
-        return {"src": self.src.tolist(), "dst": self.dst.tolist(), "value": self.value.tolist()}
+    def to_dict(self) -> dict[str, np.ndarray]:
+        """results.json's form: the measured entries as three lists (docs/clusters.md#results), here numpy
+        arrays, which the writer writes as lists a chunk at a time (writers.files.json_pieces)."""
+        return {"src": self.src, "dst": self.dst, "value": self.value}
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class PairPasses:
     def medians(self, size: int) -> PairValues:
         """Each pair's median over its passes (statistics.median's: the mean of the two middle values of
         an even count)."""
-        src, dst = self.src[self.starts], self.dst[self.starts]
+        src, dst = (ranks[self.starts].astype(np.int64) for ranks in (self.src, self.dst))
         if len(self.starts) == len(self.value):  # one pass: the values themselves
             return PairValues(size, src, dst, self.value)
         counts = self.counts()
@@ -117,33 +118,32 @@ class PairPasses:
         return PairValues(size, src, dst, middle)
 
 
-def _values(collective: str, algbw: np.ndarray, busbw: np.ndarray, p50: np.ndarray) -> np.ndarray:
-    """row_value over a collective's rows."""
-    if collective == BANDWIDTH_COLLECTIVE:
-        return np.nan_to_num(algbw, nan=0.0)
-    if collective == NODE_COLLECTIVE:
-        return np.nan_to_num(busbw, nan=0.0)
-    return p50
-
-
 def measured_passes(rows: Sequence[Row]) -> dict[str, PairPasses]:
     """collective -> its PairPasses, for every collective fabric rows measured between two ranks, in the
-    order first measured: one pass over the rows, a column at a time."""
-    p50, src, dst = (values_of(rows, name).astype(np.float64)
-                     for name in ("time_us_p50", "src_rank", "dst_rank"))
-    measured = (values_of(rows, "pattern") == KIND) & ~np.isnan(p50) & ~np.isnan(src) & ~np.isnan(dst)
+    order first measured: one pass over the rows, a column at a time (each read whole, then cut to the
+    measured rows before the next is read: at two million rows a column is 16 MB)."""
+    p50 = values_of(rows, "time_us_p50").astype(np.float64, copy=False)
+    measured = ~np.isnan(p50)
+    measured &= values_of(rows, "pattern") == KIND
+    src, dst = (values_of(rows, name).astype(np.float64, copy=False) for name in ("src_rank", "dst_rank"))
+    measured &= ~np.isnan(src) & ~np.isnan(dst)
     kept = np.flatnonzero(measured)
-    p50, src, dst = p50[kept], src[kept].astype(np.int64), dst[kept].astype(np.int64)
-    collectives = values_of(rows, "collective")[kept]
-    algbw, busbw, elapsed = (values_of(rows, name)[kept].astype(np.float64)
-                             for name in ("algbw_gbps", "busbw_gbps", "elapsed_s"))
-    repeat = values_of(rows, "repeat")[kept].astype(np.int64)
+
+    def cut(name: str, kind: type) -> np.ndarray:
+        return values_of(rows, name)[kept].astype(kind)
+
+    p50, src, dst = p50[kept], src[kept].astype(np.int32), dst[kept].astype(np.int32)
+    collectives, repeat, elapsed = cut("collective", object), cut("repeat", np.int32), cut("elapsed_s", float)
     found = {}
     for collective in dict.fromkeys(collectives.tolist()):
-        chosen = collectives == collective
-        value = _values(collective, algbw[chosen], busbw[chosen], p50[chosen])
+        chosen = np.flatnonzero(collectives == collective)
+        if collective in (BANDWIDTH_COLLECTIVE, NODE_COLLECTIVE):  # row_value, over the chosen rows
+            name = "algbw_gbps" if collective == BANDWIDTH_COLLECTIVE else "busbw_gbps"
+            value = np.nan_to_num(values_of(rows, name)[kept[chosen]].astype(np.float64), nan=0.0)
+        else:
+            value = p50[chosen]
         found[collective] = _pair_passes(collective, src[chosen], dst[chosen], repeat[chosen], value,
-                                         elapsed[chosen], kept[chosen])
+                                         elapsed[chosen], kept[chosen].astype(np.int32))
     return found
 
 

@@ -375,14 +375,19 @@ class RowColumns(Sequence[Row]):
             yield from block
 
     def values(self, name: str) -> np.ndarray:
-        """One field over every row, as RowBlock.values gives it."""
-        parts = [block.values(name) for block in self.blocks]
-        if not parts:
-            return np.zeros(0, dtype=np.float64)
-        kinds = {part.dtype for part in parts}
-        if len(kinds) > 1 and np.dtype(object) not in kinds:  # int64 in one block, NaN in another
-            parts = [part.astype(np.float64) for part in parts]
-        return np.concatenate(parts)
+        """One field over every row, as RowBlock.values gives it (float64 where one block has a None
+        and another an int64 column), filled a block at a time."""
+        found = np.zeros(0, dtype=np.float64)
+        start = 0
+        for block in self.blocks:
+            part = block.values(name)
+            if not start:
+                found = np.empty(len(self), dtype=part.dtype)
+            elif part.dtype != found.dtype and found.dtype != object:
+                found = found.astype(object if part.dtype == object else np.float64)
+            found[start:start + len(part)] = part
+            start += len(part)
+        return found
 
 
 def values_of(rows: Sequence[Row], name: str) -> np.ndarray:

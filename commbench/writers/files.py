@@ -7,8 +7,9 @@ stopped run keeps every row it finished; no reader sees a half-written JSON. Eac
 once, when it arrives, one row per line, and a block of rows measured together is one line of its
 columns (results.columns.RowBlock.saved: a fabric round's 2N rows share all but a few fields). The texts
 wait in a spool that moves from memory to an unnamed temporary file past SPOOL_IN_MEMORY bytes, and a
-rewrite copies them into the new JSON: the writer holds no rows, so a full fabric pass's two million
-cost rank 0 no memory here (re-encoding every row each time cost seconds per size at thousands of ranks).
+rewrite copies them into the new JSON, which it writes a piece at a time (json_pieces): the writer holds
+no rows and makes no text of the whole file, so a full fabric pass's two million rows cost rank 0 no
+memory here (re-encoding every row each time cost seconds per size at thousands of ranks).
 """
 
 import csv
@@ -18,16 +19,19 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
 
 from commbench.results.columns import RowBlock
 from commbench.results.model import CSV_COLUMNS, Row, RunMeta
 
 SCHEMA_VERSION = 2  # 2: rows measured together as blocks of columns; fabric's matrices as measured pairs
-SPOOL_IN_MEMORY = 64 * 2**20  # bytes of row texts kept in memory before the spool moves to a file
+SPOOL_IN_MEMORY = 16 * 2**20  # bytes of row texts kept in memory before the spool moves to a file
+ARRAY_CHUNK = 2**16  # values of a numpy array turned into text at a time
 JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row (each holds every row)
 JSON_INTERVAL_S = 1.0  # beyond, at most this often, and at most once per 10 times the last rewrite's time
 
@@ -45,25 +49,34 @@ def clean_for_json(value: Any) -> Any:
 
 def readable_json(value: Any, level: int = 0) -> str:
     """JSON with dicts, and lists of containers, one item per line (indented by one space a level);
-    lists of plain values on one line: a rank matrix's row, a run's host names (a line per value
-    made a 1,024-rank matrix a million lines, written by Python's slow indenting encoder). NaN and
-    infinity are written as null."""
+    lists of plain values on one line: a matrix's entries, a run's host names (a line per value
+    made a 1,024-rank matrix a million lines, written by Python's slow indenting encoder). A numpy
+    array of numbers is such a list. NaN and infinity are written as null."""
+    return "".join(json_pieces(value, level))
+
+
+def json_pieces(value: Any, level: int = 0) -> Iterator[str]:
+    """readable_json's text in pieces, each value's apart, so that no large value is ever one string: a
+    numpy array is written ARRAY_CHUNK values at a time (a full fabric pass's matrices hold a million
+    entries each, and as Python lists and one text took hundreds of MB of rank 0's memory)."""
+    if isinstance(value, np.ndarray):
+        yield "["
+        for start in range(0, len(value), ARRAY_CHUNK):
+            yield (", " if start else "") + _one_line(value[start:start + ARRAY_CHUNK].tolist())[1:-1]
+        yield "]"
+        return
     # a list is laid out by its first item: a matrix's rows are alike (looking at every value took seconds)
     nested = isinstance(value, list) and value and isinstance(value[0], dict | list)
-    if isinstance(value, dict) and value or nested:
-        pad = "\n" + " " * (level + 1)
-        if isinstance(value, dict):
-            items = [f"{json.dumps(str(key))}: {readable_json(item, level + 1)}"
-                     for key, item in value.items()]
-            opening, closing = "{", "}"
-        else:
-            items = [readable_json(item, level + 1) for item in value]
-            opening, closing = "[", "]"
-        return opening + pad + ("," + pad).join(items) + "\n" + " " * level + closing
-    try:
-        return json.dumps(value, allow_nan=False)
-    except ValueError:  # NaN or infinity: null (checked here, not by walking every value first)
-        return json.dumps(clean_for_json(value))
+    if not (isinstance(value, dict) and value or nested):
+        yield _one_line(value)
+        return
+    pad = "\n" + " " * (level + 1)
+    keyed = isinstance(value, dict)
+    yield "{" if keyed else "["
+    for index, (key, item) in enumerate(value.items() if keyed else enumerate(value)):
+        yield ("," if index else "") + pad + (f"{json.dumps(str(key))}: " if keyed else "")
+        yield from json_pieces(item, level + 1)
+    yield "\n" + " " * level + ("}" if keyed else "]")
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
@@ -164,23 +177,23 @@ class ResultWriter:
 
     def _write_json(self) -> None:
         started = time.monotonic()
-        marker = f"rows written here {id(self)}"  # a string no part of the payload holds
+        marker = json.dumps(f"rows written here {id(self)}")  # a string no part of the payload holds
         meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
-        text = readable_json({"schema": SCHEMA_VERSION, "meta": meta, "rows": marker, "fits": self.fits,
-                              **self.sections})
-        before, after = text.split(json.dumps(marker), 1)
+        payload = {"schema": SCHEMA_VERSION, "meta": meta, "rows": json.loads(marker), "fits": self.fits,
+                   **self.sections}
 
         def write(out: IO[bytes]) -> None:
-            out.write(before.encode())
-            if self.row_count:
-                out.write(b"[\n")
-                self._texts.seek(0)
-                shutil.copyfileobj(self._texts, out)
-                self._texts.seek(0, os.SEEK_END)
-                out.write(b"\n]")
-            else:
-                out.write(b"[]")
-            out.write(after.encode())
+            for piece in json_pieces(payload):
+                if piece != marker:
+                    out.write(piece.encode())
+                elif self.row_count:
+                    out.write(b"[\n")
+                    self._texts.seek(0)
+                    shutil.copyfileobj(self._texts, out)
+                    self._texts.seek(0, os.SEEK_END)
+                    out.write(b"\n]")
+                else:
+                    out.write(b"[]")
 
         write_atomic(self.json_path, write)
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
