@@ -107,11 +107,13 @@ def test_rows_appended_and_blocks_added_keep_their_order():
     assert stamped.each["src_rank"] is block.each["src_rank"]
 
 
-def test_measured_times_are_kept_as_whole_thousandths_in_four_bytes():
+def test_measured_times_are_kept_as_whole_thousandths_in_four_bytes_and_equal_fields_once():
     block = RowBlock.of([_row(index) for index in range(2048)])
     assert block.each["time_us_min"].data.dtype == np.int32
     assert block.each["samples_us"].items.data.dtype == np.int32
     assert block.each["src_rank"].data.dtype == np.int8 and "pattern" in block.same
+    assert block.each["busbw_gbps"] is block.each["algbw_gbps"]  # equal on every row: one array
+    assert [row.busbw_gbps for row in block] == [row.algbw_gbps for row in block]
 
 
 def _meta() -> RunMeta:

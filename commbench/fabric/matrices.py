@@ -120,30 +120,32 @@ class PairPasses:
 
 def measured_passes(rows: Sequence[Row]) -> dict[str, PairPasses]:
     """collective -> its PairPasses, for every collective fabric rows measured between two ranks, in the
-    order first measured: one pass over the rows, a column at a time (each read whole, then cut to the
-    measured rows before the next is read: at two million rows a column is 16 MB)."""
-    p50 = values_of(rows, "time_us_p50").astype(np.float64, copy=False)
-    measured = ~np.isnan(p50)
-    measured &= values_of(rows, "pattern") == KIND
-    src, dst = (values_of(rows, name).astype(np.float64, copy=False) for name in ("src_rank", "dst_rank"))
-    measured &= ~np.isnan(src) & ~np.isnan(dst)
-    kept = np.flatnonzero(measured)
-
-    def cut(name: str, kind: type) -> np.ndarray:
-        return values_of(rows, name)[kept].astype(kind)
-
-    p50, src, dst = p50[kept], src[kept].astype(np.int32), dst[kept].astype(np.int32)
-    collectives, repeat, elapsed = cut("collective", object), cut("repeat", np.int32), cut("elapsed_s", float)
+    order first measured: one pass over the rows, a column at a time, a collective at a time (a column
+    of two million rows is 16 MB: each is read whole, cut to the rows it is wanted for, and let go)."""
+    measured = values_of(rows, "pattern") == KIND
+    for name in ("time_us_p50", "src_rank", "dst_rank"):
+        measured &= ~np.isnan(values_of(rows, name).astype(np.float64, copy=False))
+    collectives = values_of(rows, "collective")
+    named = list(dict.fromkeys(collectives[measured].tolist()))  # in the order first measured
+    which = np.full(len(collectives), -1, dtype=np.int8 if len(named) < 127 else np.int64)
+    for code, collective in enumerate(named):
+        which[measured & (collectives == collective)] = code
+    del collectives, measured
     found = {}
-    for collective in dict.fromkeys(collectives.tolist()):
-        chosen = np.flatnonzero(collectives == collective)
+    for code, collective in enumerate(named):
+        chosen = np.flatnonzero(which == code)
+
+        def cut(name: str, kind: type, chosen: np.ndarray = chosen) -> np.ndarray:
+            return values_of(rows, name)[chosen].astype(kind)
+
         if collective in (BANDWIDTH_COLLECTIVE, NODE_COLLECTIVE):  # row_value, over the chosen rows
-            name = "algbw_gbps" if collective == BANDWIDTH_COLLECTIVE else "busbw_gbps"
-            value = np.nan_to_num(values_of(rows, name)[kept[chosen]].astype(np.float64), nan=0.0)
+            value = np.nan_to_num(cut("algbw_gbps" if collective == BANDWIDTH_COLLECTIVE else "busbw_gbps",
+                                      np.float64), nan=0.0)
         else:
-            value = p50[chosen]
-        found[collective] = _pair_passes(collective, src[chosen], dst[chosen], repeat[chosen], value,
-                                         elapsed[chosen], kept[chosen].astype(np.int32))
+            value = cut("time_us_p50", np.float64)
+        found[collective] = _pair_passes(collective, cut("src_rank", np.int32), cut("dst_rank", np.int32),
+                                         cut("repeat", np.int32), value, cut("elapsed_s", np.float64),
+                                         chosen.astype(np.int32))
     return found
 
 
@@ -154,20 +156,23 @@ def _pair_passes(collective: str, src: np.ndarray, dst: np.ndarray, repeat: np.n
     if not len(src):
         return PairPasses(src, dst, repeat, value, elapsed, row, np.zeros(0, dtype=np.int64))
     order = np.lexsort((row, value, repeat, dst, src))
-    src, dst, repeat, value, elapsed, row = (part[order] for part in (src, dst, repeat, value, elapsed, row))
-    new_pass = np.ones(len(src), dtype=bool)
-    new_pass[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (repeat[1:] != repeat[:-1])
+    sorted_src, sorted_dst, sorted_repeat = src[order], dst[order], repeat[order]
     new_pair = np.ones(len(src), dtype=bool)
-    new_pair[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-    first_row = np.minimum.reduceat(row, np.flatnonzero(new_pair))
+    new_pair[1:] = (sorted_src[1:] != sorted_src[:-1]) | (sorted_dst[1:] != sorted_dst[:-1])
+    new_pass = new_pair.copy()
+    new_pass[1:] |= sorted_repeat[1:] != sorted_repeat[:-1]
+    del sorted_src, sorted_dst, sorted_repeat
+    first_row = np.minimum.reduceat(row[order], np.flatnonzero(new_pair))
     pass_starts = np.flatnonzero(new_pass)
     picked = pass_starts if collective == LATENCY_COLLECTIVE else np.append(pass_starts[1:], len(src)) - 1
-    pair_of = np.cumsum(new_pair) - 1
+    pair_of_picked = (np.cumsum(new_pair) - 1)[picked]
+    del new_pair, new_pass, pass_starts
     rank_of_pair = np.argsort(np.argsort(first_row, kind="stable"), kind="stable")  # pairs in first-row order
-    placed = picked[np.lexsort((repeat[picked], rank_of_pair[pair_of[picked]]))]
-    src, dst = src[placed], dst[placed]
+    chosen = order[picked]  # each pass's row, as positions in the arrays given
+    chosen = chosen[np.lexsort((repeat[chosen], rank_of_pair[pair_of_picked]))]
+    src, dst = src[chosen], dst[chosen]
     starts = np.flatnonzero(np.append(True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])))
-    return PairPasses(src, dst, repeat[placed], value[placed], elapsed[placed], row[placed], starts)
+    return PairPasses(src, dst, repeat[chosen], value[chosen], elapsed[chosen], row[chosen], starts)
 
 
 def _better(row: Row, known: Row) -> bool:

@@ -6,10 +6,11 @@ A fabric pass of N ranks has 2N(N-1) rows, two million at 1,024 ranks, and as Ro
 a numpy array in the narrowest form that holds its values exactly: whole numbers in the smallest integer
 type that fits them, numbers that are whole thousandths (the µs of results.rows.microseconds, which the
 clocks resolve to the nanosecond) as int32 counts of thousandths, other numbers as float64, text as
-codes into the distinct values; None, where a field allows it, as a mask beside. A per-sample or
-per-rank list is the lists' lengths and their values end to end, kept the same way. Anything else
-(a value of a type its field does not declare) stays a Python object. So every Row read back equals
-the Row stored, field for field and type for type.
+codes into the distinct values; None, where a field allows it, as a mask beside; a field whose values
+are another's (a fabric row's busbw is its algbw) shares that field's array. A per-sample or per-rank
+list is the lists' lengths and their values end to end, kept the same way. Anything else (a value of a
+type its field does not declare) stays a Python object. So every Row read back equals the Row stored,
+field for field and type for type.
 
 Reading a row builds a Row on demand; ``values(name)`` gives one field over all the rows as an array
 (numbers as float64 with NaN for None, whole-number fields without None as int64, text as objects), which
@@ -198,6 +199,21 @@ def _encode(name: str, values: Sequence) -> Column:
     return found if found is not None else Objects(tuple(values))
 
 
+def _shared(column: Column, earlier: Iterable[Column]) -> Column:
+    """An earlier column that holds the same numbers in the same form, or ``column``: one array for
+    fields that agree on every row (a fabric row's busbw is its algbw, its count its size)."""
+    if not isinstance(column, Numbers):
+        return column
+    form = (column.floats, column.thousandths, column.data.dtype, column.missing is None)
+    for other in earlier:
+        if isinstance(other, Numbers) and (other.floats, other.thousandths, other.data.dtype,
+                                           other.missing is None) == form \
+                and np.array_equal(other.data, column.data) \
+                and (column.missing is None or np.array_equal(other.missing, column.missing)):
+            return other
+    return column
+
+
 def _same(values: Sequence) -> bool:
     """Whether one stored value gives back every one of them exactly (lists: only when all are empty,
     since a row's list is its own)."""
@@ -233,7 +249,7 @@ class RowBlock(Sequence[Row]):
             if values and _same(values):
                 same[name] = values[0]
             else:
-                each[name] = _encode(name, values)
+                each[name] = _shared(_encode(name, values), each.values())
         return cls(len(rows), same, each)
 
     def __len__(self) -> int:
