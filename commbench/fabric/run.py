@@ -10,6 +10,7 @@ console shows as the matrices and the verdict (fabric.tables; an interrupted run
 rows so far).
 """
 
+import ctypes
 import os
 import sys
 from collections.abc import Sequence
@@ -57,6 +58,8 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     """The work launch runs on every rank (commbench.running.launch.Work); every row, stamped."""
     (config,) = configs
     hostnames = list(session.hostnames)
+    if backend.rank == 0:
+        _steady_mmap_threshold()
     buffers = allocate_buffers(backend, config, hostnames)
     schedule = make_schedule(hostnames, config.sample)
     ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
@@ -82,6 +85,24 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     if analysis is not None:
         _fail_on_outlier_line(config, analysis)
     return rows
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+MMAP_THRESHOLD_BYTES = 128 * 1024  # its default, at which it stays
+
+
+def _steady_mmap_threshold() -> None:
+    """Keep glibc's mmap threshold where it starts. glibc raises it each time a block it mapped is freed,
+    after which blocks of up to that size come from the heap; rank 0 frees a round's texts and lists of a
+    megabyte or more among the small arrays it keeps of every round, and the heap fragmented: a whole
+    1,024-rank pass held 1.0 GiB where 0.6 would do (bench_scale; half again at 256 ranks). A fixed
+    threshold maps every large block and returns it when freed. Nothing where the C library has no
+    mallopt."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 def _latency_alone(backend: Backend, config: FabricConfig, hostnames: list[str]) -> bool:
