@@ -16,7 +16,7 @@ from commbench.writers.files import ResultWriter
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                    st.sampled_from([0.0, -0.0, 1.5, 2700.123]),
                    st.integers(-10**6, 10**6).map(lambda count: count / 1000))  # whole thousandths, as µs are
-INTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-3, 300))
+INTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-3, 300), st.integers(2**63, 2**70))
 TEXT = st.sampled_from(["", "p2p_uni", "ping_pong", "fabric", "µs"])
 
 

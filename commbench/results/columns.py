@@ -73,7 +73,10 @@ class Numbers:
         missing = _missing(values)
         filled = values if missing is None else [0 if value is None else value for value in values]
         if not floats:
-            data = np.array(filled, dtype=np.int64) if filled else np.zeros(0, dtype=np.int64)
+            try:
+                data = np.array(filled, dtype=np.int64) if filled else np.zeros(0, dtype=np.int64)
+            except OverflowError:  # beyond 64 bits: kept as objects
+                return None
             return cls(_narrowest(data), False, False, missing)
         data = np.array(filled, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -305,7 +308,7 @@ class RowBlock(Sequence[Row]):
         value = self.same[name]
         if kind in (int, float) and value is None:
             return np.full(self.count, np.nan)
-        if kind in (int, float) and type(value) is kind:
+        if kind in (int, float) and type(value) is kind and (kind is float or -2**63 <= value < 2**63):
             return np.full(self.count, value, dtype=np.int64 if kind is int else np.float64)
         found = np.empty(self.count, dtype=object)
         found[:] = [value] * self.count
