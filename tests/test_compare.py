@@ -94,7 +94,7 @@ def test_the_gate_line_is_a_percentage_of_the_p50(repeated_run, tmp_path, capsys
     slowed = passes_copy(repeated_run.json, tmp_path / "x10.json", {0, 2, 4, 6, 8}, 10.0, "all_reduce")
     assert main(["compare", str(base), str(slowed), "--fail-above", "50"]) == 1  # 900% > 50%
     out = capsys.readouterr().out
-    assert "FAILED, 4 significant slowdowns above 50% (3 points, 1 collectives" in out
+    assert "FAILED, 4 significant slowdowns above 50% (3 points, 1 collective" in out
     assert "all_reduce float32 sum sync" in out and "all_reduce, its 3 points together" in out
     assert main(["compare", str(base), str(slowed), "--fail-above", "1900"]) == 0  # 900% < 1900%
     capsys.readouterr()
@@ -195,7 +195,7 @@ def test_more_files_compare_each_to_the_first_and_rows_in_one_file_are_listed(re
     assert out.count("\nbase ") + out.startswith("base ") == 2  # two comparisons, both against a
     assert "only in base (15 rows):" in out  # reduce_scatter_base's three sizes, five passes each
     assert "reduce_scatter_base · float32 · op sum · sync · gloo · 2 ranks: 1 KiB, 16 KiB, 256 KiB" in out
-    assert "only in new (1 rows):" in out and "123 B" in out
+    assert "only in new (1 row):" in out and "123 B" in out
     slowdowns = [line for line in out.splitlines() if "x slower (new/base" in line]
     assert len(slowdowns) == 8 and all(line.strip().startswith(f"{slowed}: ") for line in slowdowns)
 

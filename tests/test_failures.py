@@ -104,22 +104,32 @@ def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
 
 @pytest.mark.processes
 def test_rank_that_skips_a_size_is_named_at_the_timeout(tmp_path):
+    # Three ranks started as a launcher would, rank 2 with a sweep that leaves 4 KiB out (as a rank
+    # given another sweep file would): ranks 0 and 1 wait at 4 KiB and name rank 2, which went on to 8 KiB.
     csv_path, json_path = _files(tmp_path)
-    started = time.monotonic()
-    timeout_s = 5
-    result = commbench("--collective", "all_reduce", "--sizes", "1K:16K", "--nproc", "3",
-                       "--timeout", str(timeout_s), "--csv", str(csv_path), "--json", str(json_path),
-                       "--quiet", env={"COMMBENCH_TEST_SKIP": "2:4K"}, timeout=120)
-    elapsed = time.monotonic() - started
-    assert result.returncode == 1, result.stderr
-    assert elapsed < timeout_s + 30  # start-up of 3 ranks included
-    lines = result.stderr.strip().splitlines()
-    # ranks 0 and 1 wait at 4 KiB and name rank 2, which went on to 8 KiB
-    waiting = [line for line in lines if "at size 4 KiB: timed out after 5 s" in line]
-    assert len(waiting) == 2, result.stderr
+    port, timeout_s = str(free_port()), 5
+    sizes = {0: "1K:16K", 1: "1K:16K", 2: "1K,2K,8K,16K"}
+    procs = [start_commbench("--collective", "all_reduce", "--sizes", sizes[rank], "--quiet",
+                             "--timeout", str(timeout_s), "--csv", str(csv_path), "--json", str(json_path),
+                             env={"RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank),
+                                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank in range(3)]
+    try:
+        wait_for_rows(csv_path, 2, procs[0])  # 1 KiB and 2 KiB: next, the ranks part at 4 KiB
+        diverged = time.monotonic()
+        stderrs = [proc.communicate(timeout=timeout_s + 60)[1] for proc in procs]
+        elapsed = time.monotonic() - diverged
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert [proc.returncode for proc in procs] == [1, 1, 1], stderrs
+    assert elapsed < timeout_s + 20, f"took {elapsed:.1f} s after the last row with --timeout {timeout_s}"
     instead = "rank 2 at all_reduce (float32, sum, in-place) at size 8 KiB instead"
-    assert all("rank 2 did not arrive" in line and instead in line for line in waiting)
-    assert "Traceback" not in result.stderr
+    for stderr in stderrs[:2]:
+        (waiting,) = [line for line in stderr.splitlines() if "at size 4 KiB: timed out after 5 s" in line]
+        assert "rank 2 did not arrive" in waiting and instead in waiting, stderr
+    assert all("Traceback" not in stderr for stderr in stderrs)
     payload = json.loads(json_path.read_text())
     assert [row["size_bytes"] for row in payload["rows"]] == [1024, 2048]  # measured before the skip
     assert [row["size_bytes"] for row in csv_rows(csv_path)] == ["1024", "2048"]

@@ -1,5 +1,5 @@
-"""compare, plot, report, the α-β fit and commbench.load work on saved files without importing torch, as
-functions and as commands."""
+"""compare, plot, report, explain, the α-β fit and commbench.load work on saved files without importing
+torch, as functions and as commands."""
 
 import subprocess
 import sys
@@ -9,7 +9,8 @@ import pytest
 from tests.dist_helpers import ROOT, launcherless_env
 
 READING_MODULES = ("commbench.analysis.compare", "commbench.analysis.gate", "commbench.analysis.plot",
-                   "commbench.analysis.report", "commbench.results.fit", "commbench.results.frame")
+                   "commbench.analysis.report", "commbench.analysis.explain", "commbench.results.fit",
+                   "commbench.results.frame")
 
 
 def _python(*args: str) -> subprocess.CompletedProcess:
@@ -43,12 +44,14 @@ from commbench.analysis.gate import compare_command
 from commbench.results.fit import fit_rows
 from commbench.analysis.plot import plot_command
 from commbench.analysis.report import report_command
+from commbench.analysis.explain import explain_command
 from commbench.results.saved import load_run
 import commbench
 
 compare_command([{a!r}, {b!r}], 3900.0, 0.05, False)
 plot_command([{a!r}, {b!r}], {str(tmp_path / "p.png")!r}, None)
 report_command([{a!r}, {b!r}], {str(tmp_path / "r.html")!r})
+explain_command({a!r}, None, None)
 assert fit_rows(load_run({a!r}).rows) and len(commbench.load([{a!r}, {b!r}])) == 36
 print("torch imported:", sorted(name for name in sys.modules if name.split(".")[0] == "torch"))
 """

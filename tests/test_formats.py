@@ -7,10 +7,20 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
+from commbench.config.launch import LaunchConfig, resolve_launch
+from commbench.errors import UsageError
 from commbench.results.model import Row
 from commbench.results.saved import load_run
-from commbench.writers.console import TextTable, print_table, run_table
-from commbench.writers.formats import NCCL_TESTS_TYPES, nccl_tests_number
+from commbench.writers.console import ReporterBase, TextTable, print_table, run_table
+from commbench.writers.formats import (
+    FORMATS,
+    NCCL_TESTS_TYPES,
+    OUTPUT_FORMATS,
+    SilentReporter,
+    console_format,
+    make_reporter,
+    nccl_tests_number,
+)
 from tests.dist_helpers import commbench
 
 
@@ -65,6 +75,40 @@ def test_jsonl_streams_exactly_the_saved_rows(two_runs):
     streamed = [json.loads(line) for line in lines]
     assert streamed == json.loads(saved.json.read_text())["rows"]
     assert "results: " in saved.stderr and "backend gloo" in saved.stderr
+
+
+# --- the registry of formats ----------------------------------------------------------------------
+
+def test_each_format_name_builds_its_registered_reporter():
+    assert list(OUTPUT_FORMATS) == ["table", "nccl-tests", "jsonl"]  # --help's order, the default first
+    for name in OUTPUT_FORMATS:
+        assert type(make_reporter(LaunchConfig(output_format=name))) is FORMATS[name]
+    assert isinstance(make_reporter(LaunchConfig(output_format="jsonl", quiet=True)), SilentReporter)
+
+
+def test_a_format_registered_in_one_place_is_one_format_takes():
+    class MarkdownReporter(ReporterBase):
+        def __init__(self, per_rank: bool) -> None:
+            self.per_rank = per_rank
+
+        @classmethod
+        def for_settings(cls, setup) -> "MarkdownReporter":
+            return cls(setup.per_rank)
+
+    console_format("markdown")(MarkdownReporter)
+    try:
+        chosen = resolve_launch(LaunchConfig(output_format="markdown", per_rank=True, backend="gloo",
+                                             device="cpu"))
+        reporter = make_reporter(chosen)
+        assert isinstance(reporter, MarkdownReporter) and reporter.per_rank
+        with pytest.raises(UsageError, match=r"'markdwn' \(did you mean markdown\?\); choose from table, "
+                                             r"nccl-tests, jsonl, markdown"):
+            resolve_launch(LaunchConfig(output_format="markdwn", backend="gloo", device="cpu"))
+        with pytest.raises(ValueError, match="'jsonl' is already registered"):
+            console_format("jsonl")(MarkdownReporter)
+    finally:
+        del FORMATS["markdown"]  # the shipped registry, as other tests expect it
+    assert "markdown" not in OUTPUT_FORMATS
 
 
 # --- the table format: 100 columns ----------------------------------------------------------------

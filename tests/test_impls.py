@@ -10,7 +10,8 @@ import pytest
 from commbench.config.sweep import resolve, run_config
 from commbench.core.paths import FEATURES, Capabilities
 from commbench.errors import UsageError
-from commbench.measure.impls import REGISTRY, Evidence, Setting, SizeFacts, resolve_impls
+from commbench.measure.impls import REFERENCE_IMPL, REGISTRY, Evidence, Setting, SizeFacts, resolve_impls
+from commbench.measure.impls.base import register
 from commbench.measure.impls.evidence import judge_kernels
 from commbench.provenance.nccl_log import NcclLog
 from commbench.results.model import KEY_FIELDS, Row
@@ -99,6 +100,23 @@ def test_this_process_probe_names_what_a_cpu_run_lacks():
     for op in lacking:
         assert found.kernel_missing(op) == f"torch {torch.__version__} has no CUDA kernel for {op}"
     assert all(found.kernel_missing(op) is None for op in found.kernels)
+
+
+def test_every_implementation_asks_for_kinds_the_backend_has():
+    from commbench.backends.paths import COMMUNICATOR_KINDS, MEMORY_KINDS, start_path
+
+    paths = {name: impl.path for name, impl in REGISTRY.items()}
+    assert [name for name, path in paths.items() if path is None] == [REFERENCE_IMPL] == ["c10d"]
+    assert all(path.memory in MEMORY_KINDS and path.communicator in COMMUNICATOR_KINDS
+               for path in paths.values() if path is not None)
+    with pytest.raises(ValueError, match="no memory kind 'pinned' \\(it has plain, nccl-registered"):
+        start_path(replace(paths["nccl-ubr"], memory="pinned"), None, [[0]], None, None, None)
+
+
+def test_the_registry_holds_one_reference():
+    with pytest.raises(ValueError, match="'c10d-again' cannot be a second reference"):
+        register(replace(REGISTRY[REFERENCE_IMPL], name="c10d-again"))
+    assert "c10d-again" not in REGISTRY
 
 
 @pytest.mark.parametrize("text, expected", [

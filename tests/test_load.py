@@ -187,4 +187,4 @@ def test_a_fabric_result_of_the_first_schema_loads_and_concludes_as_it_said():
         assert getattr(analysis.matrices, name).dense() == payload["fabric"][name], name
     assert [item.bandwidth_gbps for item in analysis.passes] == \
         [item["median_bandwidth_gbps"] for item in payload["fabric"]["passes"]]
-    assert "verdict: nothing suspicious" in fabric_report_page([run], "no plots in this test")
+    assert payload["fabric"]["verdict"][-1] in fabric_report_page([run], "no plots in this test")

@@ -53,7 +53,7 @@ def test_every_shipped_figure_has_a_source_and_every_baseline_resolves():
         assert resolve_expect(name) == baseline
     assert BASELINES.links["nvlink4"].gbps == 450 and BASELINES.links["nvlink5"].gbps == 900
     assert BASELINES.links["ib_ndr"].gbps == 400 / 8 and BASELINES.links["ib_hdr"].gbps == 200 / 8
-    assert all(link in BASELINES.links for _, link in BASELINES.gpu_models)
+    assert all(model.link in BASELINES.links for model in BASELINES.gpu_models)
 
 
 def test_a_gpus_bound_is_its_nvlinks_else_its_pcie_link():

@@ -163,5 +163,7 @@ def test_report_is_one_self_contained_page(two_runs, tmp_path):
                      "summary per collective", "Comparison:", load_run(a).label, "torch", "world size"):
         assert expected in text, expected
     # per run: metadata and environment; all fits; per run a table per group (3); the comparison: 3 + summary;
-    # per run its hardware by host and its busbw against the peak (commbench.provenance.html)
-    assert page.tables == 2 * 2 + 1 + 2 * 3 + 4 + 2 * 2
+    # per run its hardware by host and its busbw against the peak (commbench.provenance.html), and its
+    # explanation (commbench.provenance.explain)
+    assert page.tables == 2 * 2 + 1 + 2 * 3 + 4 + 2 * 2 + 2
+    assert "explain: what this hardware allows" in text

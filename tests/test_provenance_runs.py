@@ -54,12 +54,24 @@ def test_a_runs_json_holds_hardware_for_every_host(tmp_path):
     assert not list(tmp_path.glob(".nccl-*"))  # the staging directories are gone
 
 
+# A floor any working CPU run passes (100 KB/s busbw from 64 KiB up), and a row below 64 KiB gets no verdict:
+# the verdicts come from this file's entry, not from a figure of real hardware.
+CPU_FLOOR = """\
+description: gloo on CPU ranks of one host, a floor any working run passes
+source: tests/test_provenance_runs.py
+expect:
+  - {device: cpu, min_size: 64K, busbw_gbps: 0.0001}
+"""
+
+
 @pytest.fixture(scope="module")
 def passing_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     where = tmp_path_factory.mktemp("passing")
-    result = commbench(*TINY, "--sizes", "64K,128K", "--expect", "cpu-loopback", "--fail-below", "50",
-                       "--output-dir", str(where))
-    return result, where
+    baseline = where / "cpu-floor.yaml"
+    baseline.write_text(CPU_FLOOR)
+    result = commbench(*TINY, "--sizes", "32K,64K,128K", "--expect", str(baseline), "--fail-below", "50",
+                       "--output-dir", str(where / "out"))
+    return result, where / "out"
 
 
 def test_a_cpu_baseline_passes_and_the_summary_is_recorded(passing_run):
@@ -67,12 +79,13 @@ def test_a_cpu_baseline_passes_and_the_summary_is_recorded(passing_run):
     assert result.returncode == 0, result.stderr
     payload = _payload(where)
     rows, expectations = payload["rows"], payload["meta"]["expectations"]
-    assert [row["verdict"] for row in rows] == ["PASS", "PASS"]
-    assert all(row["expected_gbps"] == 0.0001 and row["peak_source"].startswith("loopback") for row in rows)
+    assert [row["verdict"] for row in rows] == ["", "PASS", "PASS"]  # 32 KiB: below the entry's min_size
+    assert [row["expected_gbps"] for row in rows] == [None, 0.0001, 0.0001]
+    assert all(row["peak_source"].startswith("loopback") for row in rows)
     assert all(row["pct_of_peak"] == pytest.approx(100 * row["busbw_gbps"] / row["peak_gbps"], abs=0.01)
                for row in rows)
-    assert (expectations["PASS"], expectations["FAIL"], expectations["baseline"]) == (2, 0, "cpu-loopback")
-    assert "verdicts against baseline cpu-loopback" in result.stdout and "2 PASS" in result.stdout
+    assert (expectations["PASS"], expectations["FAIL"], expectations["baseline"]) == (2, 0, "cpu-floor")
+    assert "verdicts against baseline cpu-floor" in result.stdout and "2 PASS" in result.stdout
 
 
 @pytest.mark.parametrize("fail_below, status", [(["--fail-below", "50"], 1), ([], 0)],

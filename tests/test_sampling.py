@@ -223,7 +223,7 @@ def test_async_windows_hold_no_more_ops_than_memory_has_room_for(tmp_path):
     (["--min-iters", "50", "--max-iters", "10"], "--min-iters 50 is above --max-iters 10"),
     (["--precision", "5"], "--precision 5 must be a fraction between 0 and 1"),
     (["--time-per-size", "0"], "--time-per-size 0 must be above 0"),
-    (["--barrier", "always"], "Invalid value for '--barrier'"),
+    (["--barrier", "per-iteration"], "unknown --barrier 'per-iteration' (did you mean per-iter?)"),
     (["--max-memory", "lots"], "malformed size 'lots'"),
 ])
 def test_measurement_options_reject_bad_values(args, message):

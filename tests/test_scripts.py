@@ -194,3 +194,20 @@ def test_bench_spawn_prints_both_ways_side_by_side_with_their_ratios():
     exec_wall, fork_wall, wall_ratio, exec_cpu, fork_cpu, cpu_ratio = (positive(v) for v in row.groups())
     assert abs(wall_ratio - fork_wall / exec_wall) <= 0.01 + 0.01 * wall_ratio  # as printed, rounded
     assert abs(cpu_ratio - fork_cpu / exec_cpu) <= 0.01 + 0.01 * cpu_ratio
+
+
+def test_bench_confirm_times_a_pass_and_its_confirmations_with_a_slowed_host_and_without():
+    from tests.netns import realtime_refused, unavailable_reason
+
+    reason = unavailable_reason() or realtime_refused()
+    if reason is not None:
+        pytest.skip(reason)
+    out = run_script("bench_confirm.py", "--runs", "1", timeout=600)
+    row = rf"\s+({NUMBER})\s+({NUMBER})\s+(\d+)%  (\d+), "
+    slowed = re.search(rf"^h1 slowed{row}\['h1'\], ", out, re.MULTILINE)
+    assert slowed, out
+    positive(slowed.group(1))
+    assert positive(slowed.group(2)) and int(slowed.group(4)) == 2, out  # confirmed twice: 3 slow of 3
+    clean = re.search(rf"^nothing slowed{row}nobody, ", out, re.MULTILINE)
+    assert clean, out
+    positive(clean.group(1))

@@ -10,7 +10,7 @@ from commbench.backends.torch_dist import TorchDistBackend
 from commbench.core.sizes import parse_duration
 from commbench.errors import UsageError
 from commbench.results.model import Row
-from commbench.results.passes import soak_lines, time_spikes
+from commbench.results.passes import describe_time_spike, soak_lines, time_spikes
 from commbench.running.soak import repeat_until
 from commbench.writers.output import NullOutput
 from tests.dist_helpers import commbench, run_ranks
@@ -102,9 +102,10 @@ def test_a_pass_far_slower_than_the_measurements_own_median_is_a_spike():
     rows = [_timed(p50, repeat) for repeat, p50 in enumerate([100.0, 104.0, 520.0, 98.0, 101.0])]
     rows += [_timed(p50, repeat, size=4096) for repeat, p50 in enumerate([200.0, 210.0, 190.0, 260.0, 205.0])]
     (spike,) = time_spikes(rows)
-    assert spike.passes == [2] and spike.total == 5 and spike.median_us == 101.0
+    assert spike.passes == [2] and spike.total == 5 and spike.median == 101.0
     assert spike.worst_ratio == pytest.approx(520 / 101)
-    assert "all_reduce (float32, sum, sync) at 1 KiB" in spike.label
+    assert describe_time_spike(spike) == ("all_reduce (float32, sum, sync) at 1 KiB: 1 of 5 passes slower "
+                                          "than its median 101.0 µs, worst 5.15x (at 2 s)")
     lines = soak_lines(rows)
     assert lines[0] == "soak: 5 passes in 4 s"
     assert lines[1].startswith("drift: the last pass's times are 1.02x the first's")  # 101/100, 205/200

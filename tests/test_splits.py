@@ -53,7 +53,7 @@ def test_yaml_lists_and_sizes_with_units(tmp_path):
 
 
 @pytest.mark.parametrize("name, content, message", [
-    ("a.csv", "0,4\n4\n", "not square: row 1 has 1 entries"),
+    ("a.csv", "0,4\n4\n", "not square: row 1 has 1 entry"),
     ("a.csv", "0,-4\n4,0\n", "entry [0][1] = -4 is negative"),
     ("a.csv", "0,x\n4,0\n", "entry [0][1] = 'x' is not a byte count"),
     ("a.csv", "0,0\n0,0\n", "every entry is 0"),

@@ -22,6 +22,7 @@ import pandas as pd
 
 from commbench.analysis.evidence import Change, benjamini_hochberg, estimate_change, geometric_mean
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.results.frame import rows_frame
 from commbench.results.model import KEY_FIELDS, Row
 from commbench.results.passes import pass_spread_pct
@@ -274,7 +275,7 @@ def spread_text(pair: Pair) -> str:
     """The base's pass-to-pass spread and its passes: '±12% of 5'; '1 pass' when it has one."""
     spread = pair.base_spread_pct
     count = pair.passes[0]
-    return f"{count} pass" if spread is None else f"±{spread:.0f}% of {count}"
+    return plural(count, "pass") if spread is None else f"±{spread:.0f}% of {count}"
 
 
 def _title(row: Row) -> str:
@@ -337,9 +338,9 @@ def unmatched_lines(comparison: RunComparison) -> list[str]:
             continue
         by_series: dict[str, list[str]] = {}
         for row in rows:
-            series = f"{_title(row)} · {row.mode} · {row.backend} · {row.world_size} ranks"
+            series = f"{_title(row)} · {row.mode} · {row.backend} · {plural(row.world_size, 'rank')}"
             by_series.setdefault(series, []).append(format_size(row.size_bytes))
-        lines.append(f"only in {which} ({len(rows)} rows):")
+        lines.append(f"only in {which} ({plural(len(rows), 'row')}):")
         lines.extend(f"  {series}: {', '.join(dict.fromkeys(sizes))}" for series, sizes in by_series.items())
     return lines
 
@@ -358,6 +359,6 @@ def coverage_problem(comparison: RunComparison) -> str | None:
             return ", ".join(dict.fromkeys(row.collective for row in side.rows)) or "no rows"
         return f"{new.path}: no rows in common with {base.path} (base: {what(base)}; new: {what(new)})"
     if comparison.only_base or comparison.only_new:
-        return (f"{new.path}: {len(comparison.only_base)} rows only in {base.path} and "
+        return (f"{new.path}: {plural(len(comparison.only_base), 'row')} only in {base.path} and "
                 f"{len(comparison.only_new)} only in {new.path}: the files do not measure the same points")
     return None

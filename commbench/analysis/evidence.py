@@ -18,7 +18,7 @@ twice).
 - Many points: p-values are adjusted by Benjamini-Hochberg over a comparison's testable points
   (q-values); a point is significant when its q is at most --significance-level, which bounds the
   expected share of false discoveries among the points called significant.
-- A point with fewer than MIN_PASSES passes on a side carries no run-to-run information: it gets a
+- A point with fewer than MIN_PASSES_PER_SIDE passes on a side carries no run-to-run information: it gets a
   change but no interval and no significance.
 
 The measured false-alarm and detection rates of this rule are in docs/performance.md (scripts/bench_gate.py).
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from scipy.stats import t as student_t
 
-MIN_PASSES = 2  # fewer passes on a side: no run-to-run information, no interval
+MIN_PASSES_PER_SIDE = 2  # fewer passes on a side: no run-to-run information, no interval
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def estimate_change(base_p50s: Sequence[float], new_p50s: Sequence[float]) -> Ch
     base_mean, base_var, base_n = _log_moments(base_p50s)
     new_mean, new_var, new_n = _log_moments(new_p50s)
     ratio = math.exp(new_mean - base_mean)
-    if min(base_n, new_n) < MIN_PASSES:
+    if min(base_n, new_n) < MIN_PASSES_PER_SIDE:
         return Change(ratio)
     total = base_var + new_var
     df = (total ** 2 / (base_var ** 2 / (base_n - 1) + new_var ** 2 / (new_n - 1))) if total else \

@@ -26,6 +26,7 @@ from commbench.analysis.compare import (
     unmatched_lines,
 )
 from commbench.analysis.evidence import Change, benjamini_hochberg
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.results.kinds import check_comparable
 from commbench.results.saved import SavedRun, expand_paths, load_run
@@ -155,16 +156,16 @@ def gate_verdict(out: Printer, fail_above: float, verdict: Verdict) -> int:
     """Print the regression gate's verdict (stdout, and one stderr line per kind of finding); its status."""
     gate = f"regression gate (--fail-above {fail_above:g}%)"
     if verdict.slowdowns:
-        count = (f"{len(verdict.slowdowns)} significant slowdowns above {fail_above:g}% "
-                 f"({len(verdict.slowdowns) - verdict.collectives} points, {verdict.collectives} "
-                 f"collectives taken together)")
+        count = (f"{plural(len(verdict.slowdowns), 'significant slowdown')} above {fail_above:g}% "
+                 f"({plural(len(verdict.slowdowns) - verdict.collectives, 'point')}, "
+                 f"{plural(verdict.collectives, 'collective')} taken together)")
         out.say(f"{gate}: FAILED, {count}:")
         for line in verdict.slowdowns:
             out.item(line)
         print(f"commbench: regression: {count} (first: {verdict.slowdowns[0]})", file=sys.stderr)
     if verdict.mismatches:
-        which = "1 comparison does" if len(verdict.mismatches) == 1 else \
-            f"{len(verdict.mismatches)} comparisons do"
+        which = plural(len(verdict.mismatches), "comparison") + (" does" if len(verdict.mismatches) == 1
+                                                                 else " do")
         out.say(f"{gate}: FAILED, {which} not cover the same rows:")
         for line in verdict.mismatches:
             out.item(line)

@@ -6,11 +6,14 @@ so that it fits the width, the figure grows to fit its rows); runs are named in 
 between them (hosts, backend, versions, start time), not by run ids.
 """
 
+import base64
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.results.frame import rows_frame
 from commbench.results.kinds import drawing_kind
@@ -75,9 +78,10 @@ def _run_facts(run: SavedRun) -> dict[str, str]:
     meta = run.meta
     hosts = sorted(set(meta.get("hostnames") or []))
     versions = meta.get("versions") or {}
-    facts = {"hosts": hosts[0] if len(hosts) == 1 else f"{hosts[0]} +{len(hosts) - 1} hosts" if hosts else "",
+    more_hosts = f"{hosts[0]} +{plural(len(hosts) - 1, 'host')}" if hosts else ""
+    facts = {"hosts": hosts[0] if len(hosts) == 1 else more_hosts,
              "backend": str(meta.get("backend", "")), "device": str(meta.get("device", "")),
-             "world size": f"{meta['world_size']} ranks" if meta.get("world_size") else "",
+             "world size": plural(meta["world_size"], "rank") if meta.get("world_size") else "",
              "torch": f"torch {meta['torch_version']}" if meta.get("torch_version") else "",
              **{name: f"{name.upper()} {versions[name]}" for name in ("nccl", "cuda") if versions.get(name)},
              "commbench": f"commbench {meta['commbench_version']}" if meta.get("commbench_version") else ""}
@@ -134,7 +138,7 @@ def line_labels(lines: list[Line]) -> list[str]:
 
 def _series_part(name: str, value: Any) -> str:
     if name == "world_size":
-        return f"{value} ranks"
+        return plural(value, "rank")
     if name == "op":
         return f"op {value}" if value else ""
     return str(value)
@@ -229,6 +233,13 @@ def save(figure: Any, target: Path | BinaryIO, image_format: str | None = None) 
         figure.savefig(target, format=image_format, dpi=DPI)
     finally:
         pyplot.close(figure)
+
+
+def png_data_uri(figure: Any) -> str:
+    """The figure as a PNG in a data URI, for a page that loads nothing; the figure is released."""
+    buffer = io.BytesIO()
+    save(figure, buffer, "png")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def plot_command(paths: list[str], output: str, collectives: list[str] | None) -> None:

@@ -7,8 +7,6 @@ written without plots and says why. Every piece of text from a results file is H
 loads nothing.
 """
 
-import base64
-import io
 import sys
 from datetime import UTC, datetime
 from html import escape
@@ -16,87 +14,28 @@ from pathlib import Path
 
 from commbench import __version__
 from commbench.analysis.compare import compare_runs, pair_tables, summary_table, unmatched_lines
-from commbench.analysis.plot import draw, matplotlib_missing, save
+from commbench.analysis.plot import draw, matplotlib_missing, png_data_uri
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
+from commbench.provenance.explain.engine import explain_run
+from commbench.provenance.explain.text import html_section
 from commbench.provenance.html import hardware_table_html, peak_table_html
 from commbench.results.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fit, fit_rows, unreliable_text
 from commbench.results.frame import rows_frame, runs_frame
 from commbench.results.kinds import page_kind
-from commbench.results.model import SERIES_FIELDS, Row
+from commbench.results.model import SERIES_FIELDS, Row, describe_row
 from commbench.results.passes import SPIKE_FACTOR, soak_lines, time_spikes
 from commbench.results.saved import SavedRun, load_runs
 from commbench.writers.console import TextTable, run_table
+from commbench.writers.html import html_table, metadata_html, page
 from commbench.writers.paths import check_file
-
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; }
-th { background: #f0f0f0; }
-td.number { text-align: right; font-variant-numeric: tabular-nums; }
-caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
-p.footer { margin: -0.6em 0 1em; font-size: 0.9em; }
-img { max-width: 100%; }
-pre, code { background: #f6f6f6; }
-details { margin: 0.5em 0; }
-"""
-
-
-def html_table(table: TextTable) -> str:
-    head = "".join(f"<th>{escape(column)}</th>" for column in table.columns)
-    body = []
-    for cells in table.rows:
-        tds = "".join(f"<td>{escape(cell)}</td>" if index < table.left_columns
-                      else f'<td class="number">{escape(cell)}</td>' for index, cell in enumerate(cells))
-        body.append(f"<tr>{tds}</tr>")
-    footer = "".join(f'<p class="footer">{escape(line)}</p>' for line in table.footer)
-    return (f"<table><caption>{escape(table.title)}</caption><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>{footer}")
-
-
-def _key_values(pairs: list[tuple[str, object]]) -> str:
-    rows = "".join(f"<tr><th>{escape(key)}</th><td>{escape(str(value))}</td></tr>" for key, value in pairs)
-    return f"<table>{rows}</table>"
-
-
-def metadata_html(run: SavedRun) -> str:
-    meta = run.meta
-    versions = ", ".join(f"{name} {value}" for name, value in sorted((meta.get("versions") or {}).items()))
-    hosts = meta.get("hostnames") or []
-    pairs = [
-        ("file", run.path), ("run id", meta.get("run_id", "")), ("status", meta.get("status", "")),
-        ("error", meta.get("error") or ""), ("started", meta.get("started_at", "")),
-        ("finished", meta.get("finished_at") or ""), ("command", " ".join(meta.get("command") or [])),
-        ("backend", meta.get("backend", "")), ("device", meta.get("device", "")),
-        ("world size", meta.get("world_size", "")), ("launcher", meta.get("launcher", "")),
-        ("hosts", ", ".join(sorted(set(hosts)))), ("commbench", meta.get("commbench_version", "")),
-        ("torch", meta.get("torch_version", "")), ("python", meta.get("python_version", "")),
-        ("libraries", versions), ("rows", len(run.rows)),
-    ]
-    env = meta.get("env") or {}
-    env_html = _key_values(sorted(env.items())) if env else "<p>none recorded</p>"
-    benchmarks = meta.get("benchmarks") or ([meta["config"]] if meta.get("config") else [])
-    configs = "".join(f"<pre>{escape(_config_text(config))}</pre>" for config in benchmarks)
-    return (_key_values(pairs)
-            + f"<details><summary>environment ({len(env)} variables)</summary>{env_html}</details>"
-            + f"<details><summary>configuration ({len(benchmarks)} benchmarks)</summary>{configs}</details>")
-
-
-def _config_text(config: dict) -> str:
-    return "\n".join(f"{key}: {value}" for key, value in config.items())
 
 
 def plot_images(runs: list[SavedRun]) -> list[tuple[str, str]]:
     """(collective, PNG as a data URI) per collective found in the runs."""
     frame = runs_frame(runs)
-    images = []
-    for collective in frame.loc[frame["size_bytes"] > 0, "collective"].unique():
-        figure = draw(runs, [collective])
-        buffer = io.BytesIO()
-        save(figure, buffer, "png")
-        encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-        images.append((str(collective), f"data:image/png;base64,{encoded}"))
-    return images
+    return [(str(collective), png_data_uri(draw(runs, [collective])))
+            for collective in frame.loc[frame["size_bytes"] > 0, "collective"].unique()]
 
 
 def _groups(rows: list[Row]) -> list[list[Row]]:
@@ -139,9 +78,9 @@ def soak_html(run: SavedRun) -> str:
     if not lines:
         return ""
     spikes = time_spikes(run.rows)
-    rows = [[spike.label, ", ".join(map(str, spike.passes)), str(spike.total), f"{spike.median_us:.1f}",
-             f"{spike.worst_ratio:.2f}x", ", ".join(f"{t:.0f}" for t in spike.elapsed_s if t is not None)]
-            for spike in spikes]
+    rows = [[describe_row(spike.first), ", ".join(map(str, spike.passes)), str(spike.total),
+             f"{spike.median:.1f}", f"{spike.worst_ratio:.2f}x",
+             ", ".join(f"{t:.0f}" for t in spike.elapsed_s if t is not None)] for spike in spikes]
     table = TextTable(f"spikes: passes whose p50 is {SPIKE_FACTOR:g}x or more its own median", [
         "measurement", "passes", "of", "median µs", "worst", "at s"], rows, left_columns=2)
     return (f"<h2>Over time: {escape(run.label)}</h2><pre>{escape(chr(10).join(lines[:2]))}</pre>"
@@ -151,8 +90,8 @@ def soak_html(run: SavedRun) -> str:
 def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
     """The page; ``plots_missing`` says why it has no plots (None: draw them)."""
     generated = datetime.now(UTC).isoformat(timespec="seconds")
-    parts = [f"<h1>commbench report</h1><p>{len(runs)} run(s), generated {escape(generated)} by commbench "
-             f"{escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
+    parts = [f"<h1>commbench report</h1><p>{plural(len(runs), 'run')}, generated {escape(generated)} by "
+             f"commbench {escape(__version__)}: {escape(', '.join(str(run.path) for run in runs))}</p>"]
     parts.append("<h2>Runs</h2>")
     for run in runs:
         parts.append(f"<h3>{escape(run.describe())}</h3>{metadata_html(run)}"
@@ -164,6 +103,7 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
         parts.append(f'<h3>{escape(collective)}</h3><img alt="{escape(collective)}: busbw and latency '
                      f'against size" src="{uri}">')
     parts.extend(peak_table_html(run.rows, run.label) for run in runs)
+    parts.extend(html_section(explain_run(run.meta, run.rows), run.label) for run in runs)
     parts.extend(soak_html(run) for run in runs)
     parts.append(f"<h2>α-β fits</h2>{html_table(fits_table(runs))}")
     parts.append("<h2>Results</h2>")
@@ -181,9 +121,7 @@ def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:
         unmatched = unmatched_lines(comparison)
         if unmatched:
             parts.append(f"<pre>{escape(chr(10).join(unmatched))}</pre>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>commbench report</title><style>{STYLE}</style></head><body>\n"
-            + "\n".join(parts) + "\n</body></html>\n")
+    return page("commbench report", parts)
 
 
 def report_command(paths: list[str], output: str) -> None:

@@ -170,16 +170,25 @@ class Backend(ABC):
 
     def start_path(self, spec: PathSpec, group: Any, members: list[list[int]]) -> "PathState":
         """Set up what ``spec`` asks for over ``group`` (None: the world; ``members``: every group's
-        ranks, as communicators are made by every rank): a communicator, a pool, a heap. Raises with
-        the reason when this process cannot."""
+        ranks, as communicators are made by every rank): its communicator kind, then its memory kind (a
+        pool, windows, a heap), which then allocates, registers and releases each size's buffers. Raises
+        with the reason when this process cannot."""
         raise NotImplementedError(f"{type(self).__name__} runs torch.distributed's own calls only")
 
     def kernel_names(self, run: Any) -> list[str]:
         """What ``run()`` (one op, completed) ran on the device, by name; [] where nothing can say."""
         return []
 
-    def symmetric_all_reduce(self, args: CollectiveArgs, algorithm: str) -> None:
-        """All-reduce by torch's symmetric-memory kernel ``algorithm`` (one_shot, two_shot, multimem)."""
+    def one_shot_all_reduce(self, args: CollectiveArgs) -> None:
+        """All-reduce by torch's one-shot symmetric-memory kernel: every rank reads every peer's buffer."""
+        raise NotImplementedError(f"{type(self).__name__} has no symmetric memory")
+
+    def two_shot_all_reduce(self, args: CollectiveArgs) -> None:
+        """All-reduce by torch's two-shot symmetric-memory kernels: reduce-scatter, then all-gather."""
+        raise NotImplementedError(f"{type(self).__name__} has no symmetric memory")
+
+    def multimem_all_reduce(self, args: CollectiveArgs) -> None:
+        """All-reduce by torch's multimem (NVLink SHARP) kernels."""
         raise NotImplementedError(f"{type(self).__name__} has no symmetric memory")
 
     def symmetric_reduce_scatter(self, args: CollectiveArgs) -> None:

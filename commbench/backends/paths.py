@@ -2,6 +2,10 @@
 (core/paths.PathSpec): a communicator of its own (an NCCL CTA policy, torchcomms), buffers in NCCL's
 registered pool, in NCCL windows, in torch's symmetric memory or NVSHMEM, and the kernels that use them.
 
+Each kind a PathSpec names is one object here, chosen once when the path starts: a communicator kind
+(COMMUNICATOR_KINDS) makes what the ops run on; a memory kind (MEMORY_KINDS, a SizeScope subclass) sets
+up once per run (``prepare``) and, per size, allocates, registers and releases the buffers.
+
 Invariants: every rank makes the same calls in the same order (communicators and rendezvous are
 collective); set-up raises with the reason when this process cannot, and nothing is left registered:
 ``SizeScope.release`` undoes a size's registration, ``PathState.close`` the communicators. Which torch
@@ -16,9 +20,6 @@ import torch
 import torch.distributed as dist
 
 from commbench.core.paths import PathSpec
-
-SYMMETRIC_BACKENDS = {"nccl-window": "NCCL", "symmetric": "CUDA", "nvshmem": "NVSHMEM"}
-CTA_POLICIES = {"efficiency": "NCCL_CTA_POLICY_EFFICIENCY", "zero": "NCCL_CTA_POLICY_ZERO"}
 
 
 def _symm_mem() -> Any:
@@ -38,43 +39,161 @@ class Binding:
         self.out_splits_offsets: Any = None
 
 
-class SizeScope:
-    """One size under an implementation: where its buffers are allocated, their registration (timed by
-    the caller, apart from the ops) and its undoing."""
+class PathState:
+    """One implementation's set-up in this process, made once per run: its communicator (the run's, or
+    one of its own), its memory kind, torchcomms' communicator."""
 
-    def __init__(self, state: "PathState") -> None:
+    def __init__(self, spec: PathSpec, group: Any, device: torch.device,
+                 agree: Callable[[list[float]], list[list[float]]]) -> None:
+        self.memory = _kind(MEMORY_KINDS, "memory", spec.memory)
+        self.group = group  # what CollectiveArgs carry: the run's group, or the CTA policy's
+        self.device = device
+        self.agree = agree
+        self.owned: list[Any] = []
+        self.comm: Any = None
+        self.vdev_arguments = 0
+
+    @property
+    def group_name(self) -> str:
+        return (self.group or dist.group.WORLD).group_name
+
+    def nccl_backend(self) -> Any:
+        return (self.group or dist.group.WORLD)._get_backend(self.device)
+
+    def size_scope(self) -> "SizeScope":
+        return self.memory(self)
+
+    def close(self) -> None:
+        if self.comm is not None:
+            self.comm.finalize()
+            self.comm = None
+        for group in self.owned:
+            dist.destroy_process_group(group)
+        self.owned = []
+
+
+def start_path(spec: PathSpec, group: Any, members: list[list[int]], device: torch.device,
+               agree: Callable[[list[float]], list[list[float]]], timeout_s: float | None) -> PathState:
+    """Set up ``spec`` on every rank (the communicator first, then the memory kind); raises with the
+    reason when this process cannot."""
+    communicator = _kind(COMMUNICATOR_KINDS, "communicator", spec.communicator)
+    state = PathState(spec, group, device, agree)
+    communicator.start(state, members, timeout_s)
+    state.memory.prepare(state)
+    return state
+
+
+def _kind(kinds: dict[str, Any], what: str, name: str) -> Any:
+    if name not in kinds:
+        raise ValueError(f"commbench's backend has no {what} kind {name!r} (it has {', '.join(kinds)})")
+    return kinds[name]
+
+
+# --- memory kinds: where a size's buffers live ---------------------------------------------------------
+
+class SizeScope:
+    """plain: one size's buffers from torch's allocator, nothing to register. Subclasses are the other
+    memory kinds: where their buffers are allocated, their registration (timed by the caller, apart from
+    the ops) and its undoing; ``prepare`` is their set-up once per run."""
+
+    def __init__(self, state: PathState) -> None:
         self.state = state
-        self.pool: Any = None
-        self.registered_pool = False
-        spec = state.spec
-        if spec.memory == "nccl-registered":
-            self.pool = torch.cuda.MemPool(state.nccl_backend().mem_allocator)
         self.binding = Binding(state.group_name, state.comm)
 
+    @classmethod
+    def prepare(cls, state: PathState) -> None:
+        return None
+
     def allocate(self, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        memory = self.state.spec.memory
-        if memory == "nccl-registered":
-            with torch.cuda.use_mem_pool(self.pool):
-                return torch.empty(count, dtype=dtype, device=device)
-        if memory == "nccl-window":
-            with torch.cuda.use_mem_pool(_symm_mem().get_mem_pool(device)):
-                return torch.empty(count, dtype=dtype, device=device)
-        if memory in ("symmetric", "nvshmem"):
-            # every rank must allocate the same size: uneven buffers take the largest rank's count
-            agreed = int(max(values[0] for values in self.state.agree([float(count)])))
-            return _symm_mem().empty(max(agreed, 1), dtype=dtype, device=device)[:count]
         return torch.empty(count, dtype=dtype, device=device)
 
     def register(self, tensors: list[torch.Tensor], input_splits: list[int] | None) -> Binding:
-        memory = self.state.spec.memory
-        if memory == "nccl-registered":
-            self.state.nccl_backend().register_mem_pool(self.pool)
-            self.registered_pool = True
-        elif memory in SYMMETRIC_BACKENDS:
-            for tensor in _distinct_storages(tensors):
-                _symm_mem().rendezvous(tensor, self.state.group_name)
-        if memory == "nvshmem":
-            self._device_splits(tensors[0].device, input_splits)
+        return self.binding
+
+    def release(self) -> None:
+        return None
+
+
+class RegisteredPool(SizeScope):
+    """nccl-registered: a torch.cuda.MemPool over NCCL's allocator, registered with the communicator for
+    the size (register_mem_pool: ncclCommRegister) and deregistered after it."""
+
+    def __init__(self, state: PathState) -> None:
+        super().__init__(state)
+        self.pool: Any = torch.cuda.MemPool(state.nccl_backend().mem_allocator)
+        self.registered_pool = False
+
+    def allocate(self, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        with torch.cuda.use_mem_pool(self.pool):
+            return torch.empty(count, dtype=dtype, device=device)
+
+    def register(self, tensors: list[torch.Tensor], input_splits: list[int] | None) -> Binding:
+        self.state.nccl_backend().register_mem_pool(self.pool)
+        self.registered_pool = True
+        return self.binding
+
+    def release(self) -> None:
+        if self.registered_pool:
+            self.state.nccl_backend().deregister_mem_pool(self.pool)
+            self.registered_pool = False
+        self.pool = None
+
+
+class SymmetricMemory(SizeScope):
+    """torch's symmetric memory on ``backend`` (one per process: chosen at set-up), each buffer
+    rendezvoused over the group for the size."""
+
+    backend = ""
+
+    @classmethod
+    def prepare(cls, state: PathState) -> None:
+        _choose_symmetric_backend(cls.backend, state.device)
+        _warm(state.group, state.device)  # NCCL windows need the communicator made before the rendezvous
+
+    def register(self, tensors: list[torch.Tensor], input_splits: list[int] | None) -> Binding:
+        for tensor in _distinct_storages(tensors):
+            _symm_mem().rendezvous(tensor, self.state.group_name)
+        return self.binding
+
+
+class NcclWindows(SymmetricMemory):
+    """nccl-window: torch's symmetric memory on NCCL, buffers from its pool; the rendezvous makes them
+    NCCL windows (ncclCommWindowRegister)."""
+
+    backend = "NCCL"
+
+    def allocate(self, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        with torch.cuda.use_mem_pool(_symm_mem().get_mem_pool(device)):
+            return torch.empty(count, dtype=dtype, device=device)
+
+
+class SymmetricHeap(SymmetricMemory):
+    """symmetric: torch's own symmetric memory (CUDA backend), buffers from symm_mem.empty."""
+
+    backend = "CUDA"
+
+    def allocate(self, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        # every rank must allocate the same size: uneven buffers take the largest rank's count
+        agreed = int(max(values[0] for values in self.state.agree([float(count)])))
+        return _symm_mem().empty(max(agreed, 1), dtype=dtype, device=device)[:count]
+
+
+class NvshmemHeap(SymmetricHeap):
+    """nvshmem: torch's symmetric memory on NVSHMEM, and all_to_all_vdev's splits on the device."""
+
+    backend = "NVSHMEM"
+
+    @classmethod
+    def prepare(cls, state: PathState) -> None:
+        super().prepare(state)
+        state.vdev_arguments = len(torch.ops.symm_mem.all_to_all_vdev.default._schema.arguments)
+        if state.vdev_arguments not in (4, 5):
+            raise RuntimeError(f"torch {torch.__version__}'s all_to_all_vdev takes "
+                               f"{state.vdev_arguments} arguments, a form commbench does not know")
+
+    def register(self, tensors: list[torch.Tensor], input_splits: list[int] | None) -> Binding:
+        super().register(tensors, input_splits)
+        self._device_splits(tensors[0].device, input_splits)
         return self.binding
 
     def _device_splits(self, device: torch.device, input_splits: list[int] | None) -> None:
@@ -94,11 +213,10 @@ class SizeScope:
         for tensor in (binding.in_splits, binding.out_splits_offsets):
             symm_mem.rendezvous(tensor, self.state.group_name)
 
-    def release(self) -> None:
-        if self.registered_pool:
-            self.state.nccl_backend().deregister_mem_pool(self.pool)
-            self.registered_pool = False
-        self.pool = None
+
+MEMORY_KINDS: dict[str, type[SizeScope]] = {
+    "plain": SizeScope, "nccl-registered": RegisteredPool, "nccl-window": NcclWindows,
+    "symmetric": SymmetricHeap, "nvshmem": NvshmemHeap}
 
 
 def _distinct_storages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -110,59 +228,6 @@ def _distinct_storages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
             seen.add(pointer)
             found.append(tensor)
     return found
-
-
-class PathState:
-    """One implementation's set-up in this process, made once per run: its communicator (the run's, or
-    one of its own), the symmetric-memory backend it chose, torchcomms' communicator."""
-
-    def __init__(self, spec: PathSpec, group: Any, device: torch.device,
-                 agree: Callable[[list[float]], list[list[float]]]) -> None:
-        self.spec = spec
-        self.group = group  # what CollectiveArgs carry: the run's group, or the CTA policy's
-        self.device = device
-        self.agree = agree
-        self.owned: list[Any] = []
-        self.comm: Any = None
-        self.vdev_arguments = 0
-
-    @property
-    def group_name(self) -> str:
-        return (self.group or dist.group.WORLD).group_name
-
-    def nccl_backend(self) -> Any:
-        return (self.group or dist.group.WORLD)._get_backend(self.device)
-
-    def size_scope(self) -> SizeScope:
-        return SizeScope(self)
-
-    def close(self) -> None:
-        if self.comm is not None:
-            self.comm.finalize()
-            self.comm = None
-        for group in self.owned:
-            dist.destroy_process_group(group)
-        self.owned = []
-
-
-def start_path(spec: PathSpec, group: Any, members: list[list[int]], device: torch.device,
-               agree: Callable[[list[float]], list[list[float]]], timeout_s: float | None) -> PathState:
-    """Set up ``spec`` on every rank (communicators first, then the memory backend); raises with the
-    reason when this process cannot."""
-    state = PathState(spec, group, device, agree)
-    if spec.cta_policy:
-        state.group = _cta_group(spec.cta_policy, members, device, timeout_s, state.owned)
-    if spec.memory in SYMMETRIC_BACKENDS:
-        _choose_symmetric_backend(SYMMETRIC_BACKENDS[spec.memory], device)
-        _warm(state.group, device)  # NCCL windows need the communicator made before the rendezvous
-    if spec.memory == "nvshmem":
-        state.vdev_arguments = len(torch.ops.symm_mem.all_to_all_vdev.default._schema.arguments)
-        if state.vdev_arguments not in (4, 5):
-            raise RuntimeError(f"torch {torch.__version__}'s all_to_all_vdev takes "
-                               f"{state.vdev_arguments} arguments, a form commbench does not know")
-    if spec.communicator == "torchcomms":
-        state.comm = _torchcomm(device, members, timeout_s)
-    return state
 
 
 def _choose_symmetric_backend(name: str, device: torch.device) -> None:
@@ -177,23 +242,6 @@ def _choose_symmetric_backend(name: str, device: torch.device) -> None:
                            f"a run of its own ({exc})") from None
 
 
-def _cta_group(policy: str, members: list[list[int]], device: torch.device, timeout_s: float | None,
-               owned: list[Any]) -> Any:
-    """A communicator per group, made with the CTA policy, by every rank in the same order; then one
-    op on it, so its creation is part of the set-up and not of the first timed op."""
-    options = dist.ProcessGroupNCCL.Options()
-    options.config.cta_policy = getattr(dist.ProcessGroupNCCL, CTA_POLICIES[policy])
-    extra = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
-    mine = None
-    for ranks in members:
-        made = dist.new_group(list(ranks), backend="nccl", pg_options=options, **extra)
-        if dist.get_rank() in ranks:
-            mine = made
-            owned.append(made)
-    _warm(mine, device)
-    return mine
-
-
 def _warm(group: Any, device: torch.device) -> None:
     probe = torch.zeros(1, device=device)
     dist.all_reduce(probe, group=group)
@@ -201,35 +249,81 @@ def _warm(group: Any, device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _torchcomm(device: torch.device, members: list[list[int]], timeout_s: float | None) -> Any:
-    import torchcomms
+# --- communicator kinds: what runs the ops -------------------------------------------------------------
 
-    if len(members) != 1:
-        raise RuntimeError("commbench runs torchcomms over the whole world only, not in sub-groups")
-    from torch.distributed import distributed_c10d as c10d
+class RunCommunicator:
+    """run: the run's own communicator (or sub-communicator), nothing to make."""
 
-    store = dist.PrefixStore("commbench-torchcomms/", c10d._get_default_store())
-    options: dict[str, Any] = {"store": store}
-    if timeout_s is not None:
-        options["timeout"] = timedelta(seconds=timeout_s)
-    return torchcomms.new_comm("nccl" if device.type == "cuda" else "gloo", device, "commbench",
-                               **options)
+    def start(self, state: PathState, members: list[list[int]], timeout_s: float | None) -> None:
+        return None
+
+
+class CtaPolicyCommunicator:
+    """A communicator per group, made with an NCCL CTA policy (``policy``: the ProcessGroupNCCL
+    attribute), by every rank in the same order; then one op on it, so its creation is part of the
+    set-up and not of the first timed op."""
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+
+    def start(self, state: PathState, members: list[list[int]], timeout_s: float | None) -> None:
+        options = dist.ProcessGroupNCCL.Options()
+        options.config.cta_policy = getattr(dist.ProcessGroupNCCL, self.policy)
+        extra = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
+        mine = None
+        for ranks in members:
+            made = dist.new_group(list(ranks), backend="nccl", pg_options=options, **extra)
+            if dist.get_rank() in ranks:
+                mine = made
+                state.owned.append(made)
+        _warm(mine, state.device)
+        state.group = mine
+
+
+class TorchcommsCommunicator:
+    """torchcomms: a communicator of its own (torchcomms.new_comm) over the run's rendezvous store, on
+    NCCL with CUDA or gloo on CPU; the ops keep the run's group for nothing but its name."""
+
+    def start(self, state: PathState, members: list[list[int]], timeout_s: float | None) -> None:
+        import torchcomms
+
+        if len(members) != 1:
+            raise RuntimeError("commbench runs torchcomms over the whole world only, not in sub-groups")
+        from torch.distributed import distributed_c10d as c10d
+
+        store = dist.PrefixStore("commbench-torchcomms/", c10d._get_default_store())
+        options: dict[str, Any] = {"store": store}
+        if timeout_s is not None:
+            options["timeout"] = timedelta(seconds=timeout_s)
+        device = state.device
+        state.comm = torchcomms.new_comm("nccl" if device.type == "cuda" else "gloo", device, "commbench",
+                                         **options)
+
+
+COMMUNICATOR_KINDS = {
+    "run": RunCommunicator(), "cta-efficiency": CtaPolicyCommunicator("NCCL_CTA_POLICY_EFFICIENCY"),
+    "cta-zero": CtaPolicyCommunicator("NCCL_CTA_POLICY_ZERO"), "torchcomms": TorchcommsCommunicator()}
 
 
 # --- the kernels ------------------------------------------------------------------------------------
 
-def symmetric_all_reduce(args: Any, algorithm: str) -> None:
-    """One all-reduce by torch's symmetric-memory kernel: sum only, float32 and bfloat16 (the
-    implementations' probes refuse the rest before this is called)."""
+def one_shot_all_reduce(args: Any) -> None:
+    """torch's one-shot all-reduce (out of place only: the implementations' probes refuse the rest, as
+    they refuse other dtypes than float32 and bfloat16, and other ops than sum)."""
+    torch.ops.symm_mem.one_shot_all_reduce_out(args.input, "sum", args.path.group_name, args.output)
+
+
+def two_shot_all_reduce(args: Any) -> None:
     ops, name = torch.ops.symm_mem, args.path.group_name
-    in_place = args.input is args.output
-    if algorithm == "one_shot":
-        ops.one_shot_all_reduce_out(args.input, "sum", name, args.output)
-    elif algorithm == "two_shot" and in_place:
+    if args.input is args.output:
         ops.two_shot_all_reduce_(args.output, "sum", name)
-    elif algorithm == "two_shot":
+    else:
         ops.two_shot_all_reduce_out(args.input, "sum", name, args.output)
-    elif in_place:
+
+
+def multimem_all_reduce(args: Any) -> None:
+    ops, name = torch.ops.symm_mem, args.path.group_name
+    if args.input is args.output:
         ops.multimem_all_reduce_(args.output, "sum", name)
     else:
         ops.multimem_one_shot_all_reduce_out(args.input, "sum", name, args.output)

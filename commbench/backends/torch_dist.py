@@ -149,8 +149,14 @@ class TorchDistBackend(Backend):
     def kernel_names(self, run: Any) -> list[str]:
         return kernel_names(run, self.device)
 
-    def symmetric_all_reduce(self, args: CollectiveArgs, algorithm: str) -> None:
-        paths.symmetric_all_reduce(args, algorithm)
+    def one_shot_all_reduce(self, args: CollectiveArgs) -> None:
+        paths.one_shot_all_reduce(args)
+
+    def two_shot_all_reduce(self, args: CollectiveArgs) -> None:
+        paths.two_shot_all_reduce(args)
+
+    def multimem_all_reduce(self, args: CollectiveArgs) -> None:
+        paths.multimem_all_reduce(args)
 
     def symmetric_reduce_scatter(self, args: CollectiveArgs) -> None:
         paths.symmetric_reduce_scatter(args)

@@ -1,9 +1,10 @@
 """The command line's entry: the `commbench` group (`run` is the default command), its commands, and
 ``main``, which maps errors to exit statuses: 0 ok, 1 a failed run, 2 bad input, 128 + N on signal N.
 
-This module composes the application: it adds each command and imports the result kinds the features
-register (how fabric's, the patterns' and replay's rows show; results/kinds.py), so the console, plot,
-report and compare find them without importing a feature.
+This module composes the application: it imports each feature's registration (fabric, the patterns,
+replay: running/features.py), which registers its result kinds too (how its rows show;
+results/kinds.py), and adds a command for each registered feature beside the sweep's and the tools', so
+the console, plot, report and compare find every kind without importing a feature.
 """
 
 import os
@@ -12,20 +13,18 @@ import time
 
 import click
 
+import commbench.fabric.command  # noqa: F401 (registers `fabric`)
+import commbench.patterns.command  # noqa: F401 (registers `pattern fsdp|tp|moe|pp|3d`)
+import commbench.replay.command  # noqa: F401 (registers `replay`)
 from commbench import __version__
-from commbench.cli.options import TORCHRUN_OPTIONS, launch_options, launcher_option_text, soak_options
+from commbench.cli.commands import add_features
+from commbench.cli.options import TORCHRUN_OPTIONS, launcher_option_text
 from commbench.cli.run import run, sweep
-from commbench.cli.saved import compare, plot, report
-from commbench.cli.tools import env_command, list_command, replay
+from commbench.cli.saved import compare, explain, plot, report
+from commbench.cli.tools import env_command, list_command
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
-from commbench.fabric.command import fabric_command
-from commbench.fabric.kind import FABRIC
-from commbench.patterns.commands import pattern_group
-from commbench.patterns.kind import PATTERN_KINDS
-from commbench.replay.kind import REPLAY
+from commbench.running.features import registered_features
 from commbench.running.launcher import detect
-
-BUILTIN_KINDS = (FABRIC, *PATTERN_KINDS, REPLAY)
 
 
 class DefaultGroup(click.Group):
@@ -64,12 +63,9 @@ def cli() -> None:
     """
 
 
-for command in (run, sweep, compare, plot, report, env_command, replay, list_command):
+for command in (run, sweep, compare, plot, report, explain, env_command, list_command):
     cli.add_command(command)
-# The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns, fabric's in fabric/command.py;
-# they share the launch options.
-cli.add_command(pattern_group(launch_options))
-cli.add_command(fabric_command(launch_options, soak_options))
+add_features(cli, registered_features())
 
 
 def _one_line(text: str) -> str:

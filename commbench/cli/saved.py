@@ -1,4 +1,4 @@
-"""The commands on saved results: compare, plot and report. Each imports its module when it runs, so
+"""The commands on saved results: compare, plot, report and explain. Each imports its module when it runs, so
 `commbench --help` stays fast; none imports torch.
 """
 
@@ -50,3 +50,17 @@ def report(files: tuple[str, ...], output_path: str) -> None:
     from commbench.analysis.report import report_command
 
     report_command(list(files), output_path)
+
+
+@click.command()
+@click.argument("run", metavar="RUN")
+@click.option("--collective", default=None, help="Explain only these collectives (comma list).")
+@click.option("--size", default=None, metavar="SIZE",
+              help="Give every reason, with what it read, for the rows of this size (e.g. 1G); without it "
+                   "each row gets a line and the series its ranked reasons.")
+def explain(run: str, collective: str | None, size: str | None) -> None:
+    """What this hardware allows for each saved row, and why a row falls short (docs/explain.md)."""
+    from commbench.analysis.explain import explain_command
+
+    collectives = None if collective is None else parse_list(collective, "--collective")
+    explain_command(run, collectives, size)

@@ -8,7 +8,8 @@ buffer plans, roots and bus-bandwidth factors are the same for all of them.
 from dataclasses import dataclass
 from typing import Any
 
-from commbench.errors import UsageError, did_you_mean
+from commbench.core.words import plural
+from commbench.errors import UsageError
 
 LAYOUTS = ("contiguous", "strided")
 PRESETS = ("intra-node", "inter-node")
@@ -73,13 +74,8 @@ def world_plan(world_size: int) -> GroupPlan:
 
 
 def check_group_options(group_size: int | None, group_layout: str | None, groups: str | None) -> None:
-    """What can be checked without knowing the world: values and combinations."""
-    if groups is not None and groups not in PRESETS:
-        raise UsageError(f"unknown --groups {groups!r}{did_you_mean(groups, list(PRESETS))}; "
-                         "choose intra-node or inter-node")
-    if group_layout is not None and group_layout not in LAYOUTS:
-        hint = did_you_mean(group_layout, list(LAYOUTS))
-        raise UsageError(f"unknown --group-layout {group_layout!r}{hint}; choose contiguous or strided")
+    """What can be checked without knowing the world: the combinations (each value is one of its
+    choices, as config.launch declares them)."""
     if groups is not None and (group_size is not None or group_layout is not None):
         raise UsageError(f"--groups {groups} sets the groups from the hosts: drop --group-size and "
                          "--group-layout")
@@ -97,8 +93,8 @@ def split_world(world_size: int, group_size: int, layout: str = "contiguous") ->
     if world_size % group_size:
         divisors = [d for d in range(2, world_size + 1) if world_size % d == 0]
         hint = f"choose one of {', '.join(map(str, divisors))}" if divisors else "it has no group of 2+"
-        raise UsageError(f"--group-size {group_size} does not divide the world of {world_size} ranks: "
-                         f"{hint}")
+        raise UsageError(f"--group-size {group_size} does not divide the world of "
+                         f"{plural(world_size, 'rank')}: {hint}")
     count = world_size // group_size
     if count == 1:
         return world_plan(world_size)
@@ -135,14 +131,14 @@ def split_by_hosts(hostnames: list[str], preset: str) -> GroupPlan:
     world_size = len(hostnames)
     if preset == "intra-node":
         if per_host < 2:
-            raise UsageError(f"--groups intra-node: every host runs one rank ({len(hosts)} hosts); a group "
-                             "needs at least 2 ranks on a host")
+            raise UsageError(f"--groups intra-node: every host runs one rank ({plural(len(hosts), 'host')}); "
+                             "a group needs at least 2 ranks on a host")
         if len(hosts) == 1:
             return GroupPlan(preset, (tuple(range(world_size)),))
         return GroupPlan(preset, tuple(tuple(ranks) for ranks in hosts.values()))
     if preset == "inter-node":
         if len(hosts) < 2:
-            raise UsageError(f"--groups inter-node: all {world_size} ranks run on one host "
+            raise UsageError(f"--groups inter-node: all {plural(world_size, 'rank')} run on one host "
                              f"({next(iter(hosts))}); inter-node groups need ranks on at least 2 hosts")
         if per_host == 1:
             return GroupPlan(preset, (tuple(range(world_size)),))

@@ -52,22 +52,18 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class PathSpec:
-    """What an implementation asks the backend to set up before its ops run.
+    """What an implementation asks the backend to set up before its ops run: two kinds, each of which
+    commbench.backends.paths implements once, as an object (MEMORY_KINDS, COMMUNICATOR_KINDS).
 
-    ``memory``: plain (torch's allocator), nccl-registered (a pool of NCCL's allocator registered with
-    the communicator), nccl-window (torch's symmetric memory on NCCL: windows), symmetric (torch's own
-    symmetric memory, CUDA backend) or nvshmem (torch's symmetric memory, NVSHMEM backend).
-    ``cta_policy``: '' (the run's communicator), or efficiency or zero (a communicator of its own made
-    with that NCCL CTA policy). ``communicator``: c10d, or torchcomms (a torchcomms communicator).
+    ``memory``, where a size's buffers live: plain (torch's allocator), nccl-registered (a pool of NCCL's
+    allocator registered with the communicator), nccl-window (torch's symmetric memory on NCCL: windows),
+    symmetric (torch's own symmetric memory, CUDA backend) or nvshmem (torch's symmetric memory, NVSHMEM
+    backend). ``communicator``, what runs the ops: run (the run's own), cta-efficiency or cta-zero (one
+    of its own made with that NCCL CTA policy), or torchcomms (a torchcomms communicator).
     """
 
     memory: str = "plain"
-    cta_policy: str = ""
-    communicator: str = "c10d"
-
-    @property
-    def plain(self) -> bool:
-        return self == PathSpec()
+    communicator: str = "run"
 
 
 def version_text(version: tuple[int, ...] | None) -> str:

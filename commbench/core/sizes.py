@@ -75,6 +75,15 @@ def format_size(num_bytes: int) -> str:
     return f"{num_bytes} B"
 
 
+def approximate_size(num_bytes: float) -> str:
+    """'12.3 GiB', '640.0 MiB', '512 B': a size that is not a whole number of units (memory, a size the
+    α-β fit derives)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes:.0f} B"
+
+
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from commbench.core.sizes import parse_size
+from commbench.core.words import plural
 from commbench.errors import UsageError
 
 DEFAULT_SPLITS = "spread:0.5"
@@ -93,8 +94,8 @@ def _load_matrix(path: Path) -> tuple[tuple[int, ...], ...]:
     width = len(matrix)
     for i, row in enumerate(matrix):
         if len(row) != width:
-            raise UsageError(f"splits file {path}: not square: row {i} has {len(row)} entries, "
-                             f"the matrix has {width} rows")
+            raise UsageError(f"splits file {path}: not square: row {i} has {plural(len(row), 'entry')}, "
+                             f"the matrix has {plural(width, 'row')}")
     if not any(any(row) for row in matrix):
         raise UsageError(f"splits file {path}: every entry is 0; nothing would move")
     return matrix
@@ -142,7 +143,7 @@ def check_world_size(spec: SplitSpec, world_size: int) -> None:
     """A splits file must be world x world."""
     if spec.matrix is not None and len(spec.matrix) != world_size:
         raise UsageError(f"splits file {spec.path}: a {len(spec.matrix)} x {len(spec.matrix)} matrix, but "
-                         f"the run has {world_size} ranks (it needs {world_size} x {world_size})")
+                         f"the run has {plural(world_size, 'rank')} (it needs {world_size} x {world_size})")
 
 
 # --- the generated spread ------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Spikes: each direction of each pair is compared with itself across the soak's passes (3 passes or
 more): a pass is a spike when the pair's value that pass is an outlier against the pair's own median
-over the passes, by the rule of outliers.py (beyond 4 scaled MADs and at least --slow-factor off). A
-flaky link shows as spikes on one pair while its median over the passes, and so the matrix, looks fine.
+over the passes, by the rule of outliers.py (beyond 4 scaled MADs and at least --slow-factor off; the
+finder is a sweep's soak's too, results/passes.py). A flaky link shows as spikes on one pair while its
+median over the passes, and so the matrix, looks fine.
 Drift: per pass, the median bandwidth over all pairs; its change from the first pass to the last.
 """
 
@@ -21,59 +22,43 @@ from commbench.fabric.matrices import (
     pair_passes,
     row_value,
 )
-from commbench.measure.robust import BANDWIDTH, LATENCY, Metric, is_slow, relative, robust_spread
+from commbench.measure.robust import BANDWIDTH, LATENCY
 from commbench.results.model import Row
-
-MIN_PASSES = 3  # fewer passes give a pair no median of its own to compare with
-
-
-@dataclass(frozen=True)
-class Spike:
-    """The passes in which one direction of one pair fell far off its own median."""
-
-    src: int
-    dst: int
-    metric: Metric
-    passes: list[int]  # Row.repeat of each spike
-    elapsed_s: list[float | None]  # when each was measured
-    total: int  # passes measured
-    worst_ratio: float  # the worst spike's value over the pair's median
-    median: float
-
-    def describe(self, hostnames: list[str]) -> str:
-        when = ", ".join(f"{value:.0f} s" for value in self.elapsed_s if value is not None)
-        median = f"{self.median:.{self.metric.digits}f} {self.metric.unit}"
-        return (f"{self.src}->{self.dst} ({hostnames[self.src]}->{hostnames[self.dst]}) {self.metric.name}: "
-                f"{len(self.passes)} of {self.total} passes off its median {median}, worst "
-                f"{self.worst_ratio:.2f}x" + (f" (at {when})" if when else ""))
-
-    def to_dict(self) -> dict:
-        return {"src": self.src, "dst": self.dst, "metric": self.metric.name, "passes": self.passes,
-                "elapsed_s": self.elapsed_s, "of_passes": self.total,
-                "worst_ratio": round(self.worst_ratio, 4), "median": self.median}
+from commbench.results.passes import Spike, find_spikes
 
 
-def find_spikes(rows: list[Row], factor: float, passes: dict[str, dict[Pair, list[Row]]] | None = None
+def pair_spikes(rows: list[Row], factor: float, passes: dict[str, dict[Pair, list[Row]]] | None = None
                 ) -> list[Spike]:
-    """Every pair direction with at least one spike, the worst first (``passes``: pair_passes(rows),
-    when the caller has it)."""
+    """Every pair direction with at least one spike, the most spikes first, bandwidth before latency
+    and pairs in order among equals (``passes``: pair_passes(rows), when the caller has it)."""
     passes = pair_passes(rows) if passes is None else passes
     spikes = []
     for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY)):
-        repeated = [(pair, series) for pair, series in passes.get(collective, {}).items()
-                    if len(series) >= MIN_PASSES]
-        for (src, dst), series in sorted(repeated):
-            values = [row_value(row) for row in series]
-            median, sigma = robust_spread(values)
-            off = [row for row, value in zip(series, values, strict=True)
-                   if is_slow(value, median, sigma, metric, factor)]
-            if not off:
-                continue
-            ratios = [relative(row_value(row), median) for row in off]
-            worst = min(ratios) if metric.higher_is_better else max(ratios)
-            spikes.append(Spike(src, dst, metric, [row.repeat for row in off], [row.elapsed_s for row in off],
-                                len(series), worst, median))
+        by_pair = passes.get(collective, {})
+        spikes += find_spikes([by_pair[pair] for pair in sorted(by_pair)], row_value, metric, factor)
     return sorted(spikes, key=lambda spike: -len(spike.passes))
+
+
+def spike_pair(spike: Spike) -> Pair:
+    """The pair direction a spike is on (pair_passes keeps only rows that name both ranks)."""
+    return spike.first.src_rank, spike.first.dst_rank
+
+
+def describe_spike(spike: Spike, hostnames: list[str]) -> str:
+    """'0->5 (h0->h2) bandwidth: 2 of 12 passes off its median 0.412 GB/s, worst 0.31x (at 40 s)'."""
+    src, dst = spike_pair(spike)
+    metric = spike.metric
+    median = f"{spike.median:.{metric.digits}f} {metric.unit}"
+    return (f"{src}->{dst} ({hostnames[src]}->{hostnames[dst]}) {metric.name}: {len(spike.passes)} of "
+            f"{spike.total} passes off its median {median}, worst {spike.worst_ratio:.2f}x{spike.times()}")
+
+
+def spike_dict(spike: Spike) -> dict:
+    """A spike in the `fabric` part of results.json."""
+    src, dst = spike_pair(spike)
+    return {"src": src, "dst": dst, "metric": spike.metric.name, "passes": spike.passes,
+            "elapsed_s": spike.elapsed_s, "of_passes": spike.total,
+            "worst_ratio": round(spike.worst_ratio, 4), "median": spike.median}
 
 
 @dataclass(frozen=True)

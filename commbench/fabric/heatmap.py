@@ -14,6 +14,7 @@ import numpy as np
 
 from commbench.core.groups import ranks_by_host
 from commbench.fabric.analysis import FabricAnalysis
+from commbench.fabric.drift import spike_pair
 from commbench.fabric.matrices import BANDWIDTH_COLLECTIVE, pair_series, pass_values, row_value
 from commbench.measure.robust import BANDWIDTH, LATENCY, Metric
 from commbench.results.model import Row
@@ -74,7 +75,7 @@ def _matrix_panel(axes: Any, figure: Any, analysis: FabricAnalysis, metric: Metr
 
 
 def _drift_panel(axes: Any, rows: list[Row], analysis: FabricAnalysis) -> None:
-    spiky = {(spike.src, spike.dst) for spike in analysis.spikes if spike.metric is BANDWIDTH}
+    spiky = {spike_pair(spike) for spike in analysis.spikes if spike.metric is BANDWIDTH}
     labelled = 0
     for (src, dst), measured in sorted(pair_series(rows, BANDWIDTH_COLLECTIVE).items()):
         series = pass_values(measured)

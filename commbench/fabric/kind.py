@@ -7,8 +7,6 @@ recomputed from its rows and host names (commbench.fabric.analysis), never read 
 host list first, since a file from elsewhere is not to be trusted.
 """
 
-import base64
-import io
 from collections.abc import Sequence
 from html import escape
 from typing import Any
@@ -16,15 +14,17 @@ from typing import Any
 from rich.console import Console
 
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.errors import UsageError
-from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
+from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor, run_crowding
 from commbench.fabric.heatmap import heatmap_figure
 from commbench.fabric.matrices import KIND, fabric_rows
 from commbench.fabric.tables import closing_lines, fabric_tables, print_fabric_rows, size_texts
 from commbench.provenance.html import hardware_table_html
-from commbench.results.kinds import LiveRun, ResultKind, register_kind
+from commbench.results.kinds import LiveRun, ResultKind
 from commbench.results.model import Row
 from commbench.results.saved import SavedRun
+from commbench.writers.html import html_table, metadata_html, page
 
 
 def is_fabric_run(run: SavedRun) -> bool:
@@ -41,8 +41,9 @@ def load_analysis(run: SavedRun) -> FabricAnalysis:
         for rank in (row.src_rank, row.dst_rank):
             if rank is not None and not (isinstance(rank, int) and 0 <= rank < len(hostnames)):
                 raise UsageError(f"{run.path}: a fabric row names rank {rank!r}, outside the "
-                                 f"{len(hostnames)} ranks of its host list")
-    return analyse(run.rows, hostnames, recorded_slow_factor(run.meta.get("config") or {}))
+                                 f"{plural(len(hostnames), 'rank')} of its host list")
+    return analyse(run.rows, hostnames, recorded_slow_factor(run.meta.get("config") or {}),
+                   run_crowding(run.rows, hostnames, run.meta.get("hardware")))
 
 
 def _title(run: SavedRun) -> str:
@@ -61,18 +62,10 @@ def draw_fabric(runs: list[SavedRun]) -> Any:
     return heatmap_figure(load_analysis(run), run.rows, _title(run))
 
 
-def _image_uri(figure: object) -> str:
-    from commbench.analysis.plot import save  # pandas and matplotlib: only when a page is written
-
-    buffer = io.BytesIO()
-    save(figure, buffer, "png")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
 def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -> str:
     """`commbench report` on fabric results: a page of each one's metadata, hardware, heatmaps (or why
     there are none: ``plots_missing``), verdict and tables."""
-    from commbench.analysis.report import STYLE, html_table, metadata_html  # pandas and scipy: only here
+    from commbench.analysis.plot import png_data_uri  # matplotlib: only when a page is written
 
     parts = ["<h1>commbench fabric report</h1>"]
     for run in runs:
@@ -82,18 +75,17 @@ def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -
             parts.append(f"<p>No heatmaps: {escape(plots_missing)}</p>")
         else:
             parts.append(f'<img alt="bandwidth and latency by pair" '
-                         f'src="{_image_uri(heatmap_figure(analysis, run.rows, _title(run)))}">')
+                         f'src="{png_data_uri(heatmap_figure(analysis, run.rows, _title(run)))}">')
         parts.append(f"<pre>{escape(chr(10).join(closing_lines(analysis)))}</pre>")
         sizes = size_texts(run.meta.get("config") or {})
         parts.extend(html_table(table) for table in fabric_tables(analysis, *sizes))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>commbench fabric report</title><style>{STYLE}</style></head><body>\n"
-            + "\n".join(parts) + "\n</body></html>\n")
+    return page("commbench fabric report", parts)
 
 
 def print_live_fabric(console: Console, rows: Sequence[Row], run: LiveRun) -> None:
-    print_fabric_rows(console, rows, run.hostnames, run.config)
+    print_fabric_rows(console, rows, run.hostnames, run.config, run.hardware)
 
 
-FABRIC = register_kind(ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric,
-                                  report_page=fabric_report_page, compares_alone=True, fitted=False))
+# registered with the fabric feature (command.py)
+FABRIC = ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric, report_page=fabric_report_page,
+                    compares_alone=True, fitted=False)

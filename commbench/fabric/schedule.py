@@ -16,9 +16,11 @@ alone (circle_round): choosing costs time in N, where looking at all N-1 rounds 
 """
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from commbench.core.words import plural
 from commbench.errors import UsageError
 
 CANDIDATE_ROUNDS = 128  # a large world's --sample chooses among this many rounds (or 2K), evenly spread
@@ -80,8 +82,8 @@ def check_sample(sample: int, world_size: int) -> None:
     if sample < 1:
         raise UsageError(f"--sample {sample} must be at least 1")
     if sample > world_size - 1:
-        raise UsageError(f"--sample {sample} is more than the {world_size - 1} peers each rank has in a "
-                         f"world of {world_size} ranks")
+        raise UsageError(f"--sample {sample} is more than the {plural(world_size - 1, 'peer')} each rank has "
+                         f"in a world of {plural(world_size, 'rank')}")
 
 
 def _gains(candidate: Round, hostnames: list[str], hosts_seen: set[str], combos_seen: set[tuple[int, str]]
@@ -134,20 +136,6 @@ def sample_candidates(world_size: int, sample: int) -> list[Round]:
     return [circle_round(world_size, index) for index in indices]
 
 
-def pack_rounds(pairs: list[tuple[int, int]]) -> tuple[Round, ...]:
-    """Pairs (lower rank first) into as few rounds as first-fit gives, each rank once per round; the
-    same packing on every rank."""
-    rounds: list[list[tuple[int, int]]] = []
-    for pair in sorted(set(pairs)):
-        free = next((found for found in rounds
-                     if not {rank for taken in found for rank in taken} & set(pair)), None)
-        if free is None:
-            rounds.append([pair])
-        else:
-            free.append(pair)
-    return tuple(Round(tuple(sorted(found))) for found in rounds)
-
-
 @dataclass(frozen=True)
 class Schedule:
     """The rounds a fabric pass measures; ``sample`` is --sample's K (None: every pair)."""
@@ -160,15 +148,19 @@ class Schedule:
     def pair_count(self) -> int:
         return sum(len(one.pairs) for one in self.rounds)
 
+    def holding(self, pairs: Iterable[tuple[int, int]]) -> tuple[Round, ...]:
+        """The rounds that hold any of ``pairs`` (lower rank first), each with those pairs alone: measuring
+        a subset of a pass's pairs again takes at most the pass's rounds, and runs each pair beside the
+        same pairs as before, as far as they are measured again too."""
+        wanted = set(pairs)
+        kept = (tuple(pair for pair in one.pairs if pair in wanted) for one in self.rounds)
+        return tuple(Round(found) for found in kept if found)
+
     def describe(self, serial: bool) -> str:
-        rounds = _count(len(self.rounds), "round")
+        rounds = plural(len(self.rounds), "round")
         kind = f"{rounds} sampled (--sample {self.sample})" if self.sample else f"{rounds} (circle schedule)"
         how = "one pair at a time (--serial)" if serial else "the pairs of a round at once"
-        return f"{_count(self.pair_count, 'pair')} of {self.world_size} ranks in {kind}, {how}"
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+        return f"{plural(self.pair_count, 'pair')} of {self.world_size} ranks in {kind}, {how}"
 
 
 def make_schedule(hostnames: list[str], sample: int | None) -> Schedule:

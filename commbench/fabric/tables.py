@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from commbench.core.sizes import format_size
-from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
+from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor, run_crowding
+from commbench.fabric.drift import describe_spike
 from commbench.fabric.matrices import PairValues
 from commbench.measure.robust import BANDWIDTH, LATENCY, Metric
 from commbench.results.model import Row
@@ -94,7 +95,7 @@ def fabric_tables(analysis: FabricAnalysis, size_text: str, latency_size_text: s
 def closing_lines(analysis: FabricAnalysis) -> list[str]:
     """Spikes and drift of a soak, then the verdict."""
     hostnames = analysis.matrices.hostnames
-    lines = [f"spikes: {spike.describe(hostnames)}" for spike in analysis.spikes[:MAX_SLOW_SHOWN]]
+    lines = [f"spikes: {describe_spike(spike, hostnames)}" for spike in analysis.spikes[:MAX_SLOW_SHOWN]]
     drift = analysis.drift()
     if drift:
         lines.append(drift)
@@ -116,9 +117,10 @@ def size_texts(config: Mapping[str, Any]) -> tuple[str, str]:
     return size, latency_size
 
 
-def print_fabric_rows(console: Console, rows: Sequence[Row], hostnames: list[str], config: Mapping[str, Any]
-                      ) -> None:
+def print_fabric_rows(console: Console, rows: Sequence[Row], hostnames: list[str], config: Mapping[str, Any],
+                      hardware: Mapping[str, Any]) -> None:
     """A run's fabric rows on the console: its matrices, slow pairs, spikes and verdict, concluded with
-    the --slow-factor it recorded (``config``: the run's meta.config)."""
-    analysis = analyse(rows, hostnames, recorded_slow_factor(config))
+    the --slow-factor it recorded (``config``: the run's meta.config) and the hosts' CPUs (``hardware``:
+    its meta.hardware)."""
+    analysis = analyse(rows, hostnames, recorded_slow_factor(config), run_crowding(rows, hostnames, hardware))
     print_fabric(console, analysis, *size_texts(config))

@@ -17,8 +17,9 @@ from commbench.core.dtypes import element_size, torch_dtype
 from commbench.core.sizes import format_size
 from commbench.core.splits import DEFAULT_SPLITS, SplitSpec, parse_splits
 from commbench.core.splits import describe as describe_splits
+from commbench.core.words import plural
 from commbench.measure.collectives import REGISTRY, Collective, Layout, placements_for
-from commbench.measure.impls import impls_for
+from commbench.measure.impls import REFERENCE_IMPL, impls_for
 
 
 class DeviceChoice(Protocol):
@@ -155,7 +156,7 @@ def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
 
 
 def _where(collective: Collective, limits: SizeLimits) -> str:
-    return f"{collective.name} {limits.dtype} at {limits.world_size} ranks"
+    return f"{collective.name} {limits.dtype} at {plural(limits.world_size, 'rank')}"
 
 
 def _refusal(collective: Collective, size: PlannedSize, limits: SizeLimits) -> str | None:
@@ -230,7 +231,7 @@ class TablePlan:
     sizes: list[PlannedSize]
     placement: str = ""
     modes: tuple[str, ...] = ("sync",)
-    impl: str = "c10d"  # the implementation (measure.impls) the table's ops run by
+    impl: str = REFERENCE_IMPL  # the implementation (measure.impls) the table's ops run by
 
     def step_count(self) -> int:
         """The (size, mode) points this table measures."""

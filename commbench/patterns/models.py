@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from commbench.core.shipped import configs_dir, shipped_file
+from commbench.core.words import plural
 from commbench.errors import UsageError, did_you_mean
 
 _UNIT_KEYS = ("name", "params", "repeat", "root")
@@ -110,7 +111,7 @@ class ModelSpec:
             raise UsageError(f"--layers {layers}: model {self.name} ({self.source}) has no layer units "
                              "(units made with 'repeat:') to cut")
         if not 1 <= layers <= self.layer_count:
-            raise UsageError(f"--layers {layers}: model {self.name} has {self.layer_count} layers; "
+            raise UsageError(f"--layers {layers}: model {self.name} has {plural(self.layer_count, 'layer')}; "
                              f"choose 1 to {self.layer_count}")
         kept: list[UnitSpec] = []
         seen = 0

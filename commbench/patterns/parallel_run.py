@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from commbench.backends.base import Backend
 from commbench.core.dtypes import torch_dtype
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.errors import failures_named
+from commbench.patterns.config import ParallelConfig
 from commbench.patterns.estimate import StepCost, StepProgress, time_text
-from commbench.patterns.kind import PATTERN_KINDS  # noqa: F401 - its rows' tables on the console
 from commbench.patterns.measure import Breakdown, Step, StepRun, measure_breakdown, probe_alpha_beta, step_dry
 from commbench.patterns.models import ModelSpec, load_model
 from commbench.patterns.moe import MoeStep, Router, imbalance_rows
-from commbench.patterns.parallel import GroupInfo, ParallelConfig, make_groups
+from commbench.patterns.parallel import GroupInfo, make_groups
 from commbench.patterns.pp import PipelineLink, PpStep, TimedCompute, bubble_rows, one_f_one_b
 from commbench.patterns.schedule import SYNC, Issuer, Label
 from commbench.patterns.threed import (
@@ -35,6 +36,7 @@ from commbench.running.runner import Session
 from commbench.writers.output import Output
 
 Extras = Callable[[StepRun, Breakdown], tuple[list[Row], list[str]]]
+Build = Callable[[ParallelConfig, ModelSpec, dict[str, GroupInfo], Backend], "Workload"]
 
 
 @dataclass
@@ -64,7 +66,7 @@ def _activation(config: ParallelConfig, model: ModelSpec) -> tuple[int, str]:
 
 
 def _groups(count: int) -> str:
-    return "1 group" if count == 1 else f"{count} groups at once"
+    return plural(count, "group") + ("" if count == 1 else " at once")
 
 
 def build_tp(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupInfo], backend: Backend
@@ -75,7 +77,7 @@ def build_tp(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupIn
                             backend.device)
     layers = layer_names(model, config.pattern)
     forward, backward = (", ".join(tensor.per_block(phase)) for phase in ("forward", "backward"))
-    summary = (f"tp {model.label}: {len(layers)} layers on {group.size} tensor-parallel ranks "
+    summary = (f"tp {model.label}: {plural(len(layers), 'layer')} on {group.size} tensor-parallel ranks "
                f"({_groups(backend.world_size // group.size)}); activation {described}; per attention and "
                f"MLP block forward: {forward}; backward: {backward}")
     return Workload(TpStep(tensor, layers), "sp" if config.sequence_parallel else "no-sp", summary)
@@ -90,11 +92,11 @@ def build_moe(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupI
     layers = layer_names(model, config.pattern)
     step = MoeStep(router, group, layers, config.warmup + config.iters + 2,
                    (dims.hidden, torch_dtype(config.dtype), backend.device))
-    summary = (f"moe {model.label}: {len(layers)} MoE layers, {dims.experts} experts over {group.size} "
-               f"ranks, top-{dims.top_k}, {router.tokens:,} tokens per rank ({config.seq_len_of(model)} x "
-               f"{config.micro_batch_size}) of {dims.hidden} elements, Zipf skew {config.routing_skew:g}, "
-               f"seed {config.seed}; per layer a count exchange, dispatch and combine forward, two "
-               "all-to-alls backward")
+    summary = (f"moe {model.label}: {plural(len(layers), 'MoE layer')}, {dims.experts} experts over "
+               f"{group.size} ranks, top-{dims.top_k}, {router.tokens:,} tokens per rank "
+               f"({config.seq_len_of(model)} x {config.micro_batch_size}) of {dims.hidden} elements, Zipf "
+               f"skew {config.routing_skew:g}, seed {config.seed}; per layer a count exchange, dispatch and "
+               "combine forward, two all-to-alls backward")
     return Workload(step, f"top{dims.top_k}-zipf{config.routing_skew:g}", summary,
                     lambda run, breakdown: imbalance_rows(step, breakdown.rows, run.iters), step.mismatches)
 
@@ -109,8 +111,8 @@ def build_pp(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupIn
     step = PpStep(link, one_f_one_b(group.rank, group.size, config.micro_batches), compute)
     size = config.compute_size
     compute_text = f"a {size}x{size} matmul per layer forward, two backward" if size else "none"
-    summary = (f"pp {model.label}: {group.size} stages, {config.micro_batches} micro-batches, 1F1B; each "
-               f"message one activation: {described}; compute {compute_text}")
+    summary = (f"pp {model.label}: {group.size} stages, {plural(config.micro_batches, 'micro-batch')}, "
+               f"1F1B; each message one activation: {described}; compute {compute_text}")
     return Workload(step, f"1f1b-m{config.micro_batches}", summary,
                     lambda run, breakdown: bubble_rows(compute, breakdown, group.size, config.micro_batches,
                                                        run.iters))
@@ -128,15 +130,13 @@ def build_3d(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupIn
     compute = TimedCompute(backend, config.compute_size, 1, dtype)
     actions = one_f_one_b(pp.rank, pp.size, config.micro_batches)
     step = ThreeDStep((tensor, link, data), layers, actions, compute)
-    summary = (f"3d {model.label}: tp {tp.size} x pp {pp.size} x dp {dp.size}, {len(layers)} layers on this "
-               f"rank's stage, {config.micro_batches} micro-batches (1F1B), sequence parallel "
+    summary = (f"3d {model.label}: tp {tp.size} x pp {pp.size} x dp {dp.size}, "
+               f"{plural(len(layers), 'layer')} on this rank's stage, "
+               f"{plural(config.micro_batches, 'micro-batch')} (1F1B), sequence parallel "
                f"{'on' if config.sequence_parallel else 'off'}; activation {described}; data-parallel shard "
                f"{data.shard.numel():,} elements per layer")
     return Workload(step, f"tp{tp.size}-pp{pp.size}-dp{dp.size}{'-sp' if config.sequence_parallel else ''}",
                     summary, lambda run, breakdown: critical_path_rows(run, breakdown, compute))
-
-
-BUILDERS = {"tp": build_tp, "moe": build_moe, "pp": build_pp, "3d": build_3d}
 
 
 def check_step(backend: Backend, workload: Workload, groups: dict[str, GroupInfo], context: str) -> None:
@@ -157,14 +157,13 @@ def _estimate(config: ParallelConfig, backend: Backend, labels: list[Label], out
     return StepProgress(output.note, steps)
 
 
-def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output,
-                 session: Session | None = None) -> list[Row]:
-    """The (one) config's pattern: a dry step, --check, timed steps, rows."""
-    (given,) = configs
+def measure_parallel(given: ParallelConfig, build: Build, backend: Backend, output: Output, session: Session
+                     ) -> list[Row]:
+    """The config's pattern, its step made by ``build``: a dry step, --check, timed steps, rows."""
     model = load_model(given.model, given.layers)
     config = given.for_world(model, backend.world_size)
     groups = make_groups(backend, config.mesh(backend.world_size))
-    workload = BUILDERS[config.pattern](config, model, groups, backend)
+    workload = build(config, model, groups, backend)
     output.note(workload.summary)
     if config.seq_len_of(model) != given.seq_len_of(model):
         output.note(f"sequence length {config.seq_len} (the model's {given.seq_len_of(model)} shortened so "
@@ -181,7 +180,7 @@ def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output
                 check_step(backend, workload, groups, context)
                 progress.step_done()
             run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared,
-                          layouts, row_context=session.row_context if session else None,
+                          layouts, row_context=session.row_context,
                           step_done=progress.step_done)
             breakdown = measure_breakdown(run)
         rows, notes = workload.extras(run, breakdown) if workload.extras else (breakdown.rows, [])

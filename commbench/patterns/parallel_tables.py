@@ -9,6 +9,7 @@
 
 from rich.table import Table
 
+from commbench.core.words import plural
 from commbench.results.model import Row
 
 LEFT = ("group", "unit", "phase", "collective", "part")
@@ -29,7 +30,8 @@ def _mib(size_bytes: int) -> str:
 
 def parallel_tables(rows: list[Row]) -> list:
     first = next((row for row in rows if row.phase == "step"), rows[0])  # its dtype is the activations'
-    where = f"{first.pattern} · {first.variant} · {first.model} · {first.dtype} · {first.world_size} ranks"
+    where = (f"{first.pattern} · {first.variant} · {first.model} · {first.dtype} · "
+             f"{plural(first.world_size, 'rank')}")
     found = [collective_table(rows, where), step_table(rows, where)]
     groups = [row for row in rows if row.phase in ("comm", "critical path")]
     if groups:

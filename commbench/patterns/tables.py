@@ -10,9 +10,9 @@ activation patterns' are in parallel_tables.py, these are FSDP's.
 
 from rich.table import Table
 
+from commbench.core.words import plural
 from commbench.measure.stats import summarize
-from commbench.patterns.parallel import PATTERNS
-from commbench.patterns.parallel_tables import parallel_tables
+from commbench.patterns.config import FSDP
 from commbench.results.model import Row
 
 FLUSH_LABEL = "(end of backward)"
@@ -32,13 +32,9 @@ def _pooled_p50(rows: list[Row]) -> float | None:
     return summarize(samples).p50 if samples else None
 
 
-def pattern_tables(rows: list[Row]) -> list:
-    """Renderables for one pattern run's rows: FSDP's tables and a closing line naming the best bucketing,
-    or the activation patterns' tables (replay rows have a summary of their own)."""
-    activation = [row for row in rows if row.pattern in PATTERNS]
-    if activation:
-        return parallel_tables(activation)
-    rows = [row for row in rows if row.pattern == "fsdp"]
+def fsdp_tables(rows: list[Row]) -> list:
+    """Renderables for one FSDP run's rows: its tables and a closing line naming the best bucketing."""
+    rows = [row for row in rows if row.pattern == FSDP]
     if not rows:
         return []
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
@@ -46,8 +42,8 @@ def pattern_tables(rows: list[Row]) -> list:
     scatter = next((row for row in rows if row.collective.startswith("reduce_scatter")), first)
     reduction = "avg" if scatter.op == "avg" else \
         f"predivide {first.predivide:g} · postdivide {first.postdivide:g}"
-    where = (f"{first.variant or first.pattern} · {first.model} · {first.dtype} · {first.world_size} ranks · "
-             f"{reduction}")
+    where = (f"{first.variant or first.pattern} · {first.model} · {first.dtype} · "
+             f"{plural(first.world_size, 'rank')} · {reduction}")
     found = [unit_table(rows, buckets, where), step_table(rows, buckets, where)]
     overlap = overlap_table(rows, buckets, where)
     if overlap is not None:

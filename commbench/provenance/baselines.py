@@ -67,13 +67,34 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class GpuModel:
+    """A GPU model (a part of its name) and its NVLink: the generation, and how many links it has when
+    the model has fewer than its generation's full count (H800, A800)."""
+
+    match: str
+    link: str
+    links: int | None = None  # None: the generation's count (Link.links)
+
+
+@dataclass(frozen=True)
 class Baselines:
     links: dict[str, Link]
-    gpu_models: tuple[tuple[str, str], ...]  # (part of a model name, link name), first match wins
+    gpu_models: tuple[GpuModel, ...]  # first match wins
     baselines: dict[str, Baseline]
 
-    def link_of_model(self, model: str) -> Link | None:
-        return next((self.links.get(link) for part, link in self.gpu_models if part in model), None)
+    def model_of(self, name: str) -> GpuModel | None:
+        return next((model for model in self.gpu_models if model.match in name), None)
+
+    def link_of_model(self, name: str) -> Link | None:
+        model = self.model_of(name)
+        return None if model is None else self.links.get(model.link)
+
+    def links_of_model(self, name: str) -> int | None:
+        """How many NVLinks a GPU of this model has (None: not a model in the table)."""
+        model, link = self.model_of(name), self.link_of_model(name)
+        if model is None or link is None:
+            return None
+        return model.links or link.links
 
 
 def shipped_path() -> Path:
@@ -155,7 +176,9 @@ def load_baselines(path: Path | None = None) -> Baselines:
             raise UsageError(f"{path}: links: {name}: expected a mapping with gbps and source")
         links[name] = Link(name, _number(path, f"links: {name}: gbps", entry.get("gbps")), entry.get("links"),
                            str(entry.get("description", "")), str(entry.get("source", "")))
-    models = tuple((str(entry["match"]), str(entry["link"])) for entry in data.get("gpu_models") or []
+    models = tuple(GpuModel(str(entry["match"]), str(entry["link"]),
+                            entry["links"] if isinstance(entry.get("links"), int) else None)
+                   for entry in data.get("gpu_models") or []
                    if isinstance(entry, dict) and "match" in entry and "link" in entry)
     named = {name: parse_baseline(path, name, entry) for name, entry in (data.get("baselines") or {}).items()}
     return Baselines(links, models, named)

@@ -6,19 +6,17 @@ absent or missing shows as such, never as an error.
 
 from typing import Any
 
+from commbench.core.words import plural
+
 GIB = 1024**3
-
-
-def _plural(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def cpu_text(record: dict[str, Any]) -> str:
     cpu = record.get("cpu")
     if not cpu:
         return "CPU unknown"
-    return (f"{cpu.get('model') or 'CPU'} ({_plural(cpu.get('sockets', 0), 'socket')}, "
-            f"{_plural(cpu.get('cores', 0), 'core')}, {cpu.get('logical_cpus', 0)} CPUs)")
+    return (f"{cpu.get('model') or 'CPU'} ({plural(cpu.get('sockets', 0), 'socket')}, "
+            f"{plural(cpu.get('cores', 0), 'core')}, {cpu.get('logical_cpus', 0)} CPUs)")
 
 
 def memory_text(record: dict[str, Any]) -> str:
@@ -77,7 +75,7 @@ def _section_lines(record: dict[str, Any]) -> list[str]:
     os_info = record.get("os") or {}
     container = record.get("container") or {}
     lines = [f"cpu:        {cpu_text(record)}", f"memory:     {memory_text(record)}",
-             f"numa:       {_plural((record.get('numa') or {}).get('nodes', 0), 'node')}",
+             f"numa:       {plural((record.get('numa') or {}).get('nodes', 0), 'node')}",
              f"gpus:       {gpu_text(record)} ({(record.get('gpus') or {}).get('source', 'not probed')})"]
     for interface in record.get("network") or []:
         speed = interface.get("speed_mbps")

@@ -1,4 +1,5 @@
-"""The GPUs of a host: model, memory, PCIe link, active NVLinks, and the topology matrix.
+"""The GPUs of a host: model, memory, PCIe link (maximum and current) and bus id, NUMA node, active
+NVLinks, and the topology matrix.
 
 Sources, first that answers: NVML through pynvml (the nvidia-ml-py package) when it imports; nvidia-smi
 when it is on PATH; the NVIDIA driver's /proc/driver/nvidia/gpus (models only). With no NVIDIA driver
@@ -14,6 +15,7 @@ import re
 import threading
 from typing import Any
 
+from commbench.provenance.pci import device_link, normal_bus_id
 from commbench.provenance.probing import (
     TOOL_TIMEOUT_S,
     ProbeBudget,
@@ -24,7 +26,8 @@ from commbench.provenance.probing import (
 )
 
 MIB = 1024 * 1024
-QUERY = "index,name,memory.total,pcie.link.gen.max,pcie.link.width.max,driver_version"
+QUERY = ("index,name,memory.total,pcie.link.gen.max,pcie.link.width.max,driver_version,pci.bus_id,"
+         "pcie.link.gen.current,pcie.link.width.current")
 _GPU_HEADER = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: [^)]*\)\s*$")
 _LINK = re.compile(r"^\s*Link (?P<link>\d+): (?P<rate>[\d.]+) GB/s\s*$")
 
@@ -42,10 +45,12 @@ def parse_query(text: str) -> list[dict[str, Any]]:
         if len(fields) < 6 or not fields[0].isdigit():
             continue
         memory = _integer(fields[2])
+        extra = [*fields[6:9], "", "", ""]  # bus id and current link: absent from older captures
         devices.append({"index": int(fields[0]), "name": fields[1],
                         "memory_bytes": None if memory is None else memory * MIB,
                         "pcie_gen": _integer(fields[3]), "pcie_width": _integer(fields[4]),
-                        "driver": fields[5]})
+                        "driver": fields[5], "pci_bus_id": normal_bus_id(extra[0]),
+                        "pcie_gen_current": _integer(extra[1]), "pcie_width_current": _integer(extra[2])})
     return devices
 
 
@@ -109,10 +114,15 @@ def _nvml_devices(nvml: Any) -> dict[str, Any]:
                     active += bool(nvml.nvmlDeviceGetNvLinkState(handle, link))
                 except nvml.NVMLError:
                     break  # past the device's links, or no NVLink at all
+            bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
             devices.append({"index": index, "name": str(nvml.nvmlDeviceGetName(handle)),
                             "memory_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
                             "pcie_gen": int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
                             "pcie_width": int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+                            "pcie_gen_current": int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+                            "pcie_width_current": int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+                            "pci_bus_id": normal_bus_id(bus_id.decode() if isinstance(bus_id, bytes)
+                                                        else str(bus_id)),
                             "driver": str(driver), "nvlink_links": active})
         return {"source": "nvml", "devices": devices}
     finally:
@@ -155,11 +165,28 @@ def _from_driver(roots: Roots) -> list[dict[str, Any]]:
     return devices
 
 
+def _with_links(section: dict[str, Any], roots: Roots, budget: ProbeBudget) -> dict[str, Any]:
+    """Each device's NUMA node and PCIe link from sysfs (a tool's own current link, where it gave one,
+    is kept), and the topology matrix where NVML gave none (it says whether NVSwitch joins the GPUs)."""
+    for device in section["devices"]:
+        link = device_link(roots, device.get("pci_bus_id"))
+        device.setdefault("numa_node", link.get("numa_node"))
+        for field in ("pcie_gen", "pcie_width", "pcie_gen_current", "pcie_width_current"):
+            if device.get(field) is None:
+                device[field] = link.get(field)
+    if "topology" not in section and "topology" not in section.get("missing", {}) and section["devices"]:
+        try:
+            section["topology"] = topology_matrix(run_tool(["nvidia-smi", "topo", "-m"], budget))
+        except ProbeMissing as exc:
+            section.setdefault("missing", {})["topology"] = str(exc)
+    return section
+
+
 def probe_gpus(roots: Roots, budget: ProbeBudget) -> dict[str, Any]:
     reasons: dict[str, str] = {}
     for source, probe in (("nvml", _from_nvml), ("nvidia-smi", _from_nvidia_smi)):
         try:
-            section = probe(budget)
+            section = _with_links(probe(budget), roots, budget)
             section["missing"] = {**reasons, **section.get("missing", {})}
             return section
         except ProbeMissing as exc:

@@ -1,6 +1,7 @@
 """Per-host hardware: CPU, memory, NUMA nodes, network interfaces and InfiniBand/RoCE ports from /proc
-and /sys, GPUs (gpus.py), the kernel, container hints and the torch build (system.py), gathered into one
-dict by probe_host for every result's metadata and `commbench env`.
+and /sys, GPUs (gpus.py), the CPUs usable and their load, one thread's memory copy rate (cpu_probes.py),
+the kernel, container hints and the torch build (system.py), gathered into one dict by probe_host for
+every result's metadata and `commbench env`.
 
 Invariants: probe_host never raises and returns within its budget (probing.py); each section is present
 when its probe answered, and otherwise named under ``missing`` with why. Absent hardware is an empty
@@ -15,7 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from commbench.provenance.cpu_probes import probe_load, probe_memory_copy
 from commbench.provenance.gpus import probe_gpus
+from commbench.provenance.pci import rdma_device_link
 from commbench.provenance.probing import (
     PROBE_BUDGET_S,
     ProbeBudget,
@@ -134,18 +137,20 @@ def _rate_gbps(text: str) -> float | None:
 
 
 def probe_infiniband(roots: Roots) -> list[dict[str, Any]]:
-    """InfiniBand and RoCE ports (/sys/class/infiniband/*/ports/*): rate, state and link layer."""
+    """InfiniBand and RoCE ports (/sys/class/infiniband/*/ports/*): rate, state and link layer, and their
+    device's PCIe link and NUMA node (pci.py)."""
     devices = roots.sys / "class" / "infiniband"
     if not devices.exists():
         return []  # no RDMA devices: absent, not missing
     ports = []
     for device in sorted(devices.iterdir(), key=lambda path: path.name):
+        link = rdma_device_link(roots, device.name)  # the NIC's PCIe link and NUMA node
         for number, port in numbered(device / "ports", ""):
             rate = read_optional(port / "rate") or ""
             state = read_optional(port / "state") or ""
             ports.append({"device": device.name, "port": number, "rate": rate, "rate_gbps": _rate_gbps(rate),
                           "state": state.partition(":")[2].strip() or state,
-                          "link_layer": read_optional(port / "link_layer") or ""})
+                          "link_layer": read_optional(port / "link_layer") or "", **link})
     return ports
 
 
@@ -156,11 +161,13 @@ PROBES: list[tuple[str, Probe]] = [
     ("cpu", lambda roots, budget: probe_cpu(roots)),
     ("memory", lambda roots, budget: probe_memory(roots)),
     ("numa", lambda roots, budget: probe_numa(roots)),
+    ("load", lambda roots, budget: probe_load(roots)),
     ("network", lambda roots, budget: probe_network(roots)),
     ("infiniband", lambda roots, budget: probe_infiniband(roots)),
     ("os", lambda roots, budget: probe_os(roots)),
     ("container", lambda roots, budget: probe_container(roots)),
     ("gpus", probe_gpus),
+    ("memory_copy", lambda roots, budget: probe_memory_copy(budget)),
     ("software", lambda roots, budget: probe_software()),
 ]
 

@@ -12,7 +12,7 @@ from typing import Any
 from commbench.measure.impls import REGISTRY
 from commbench.provenance.nccl_debug import NCCL_FUNCTIONS, NcclLogReader
 from commbench.provenance.nccl_log import DATATYPES, TYPE_BYTES
-from commbench.results.model import DEFAULT_IMPL, Row
+from commbench.results.model import Row
 
 
 def _verdict(row: Row, reader: NcclLogReader) -> tuple[str, str] | None:
@@ -39,7 +39,7 @@ def _verdict(row: Row, reader: NcclLogReader) -> tuple[str, str] | None:
 
 def path_columns(row: Row, reader: NcclLogReader) -> dict[str, Any]:
     """The row's impl_status and impl_note as NCCL's log amends them ({} when it says nothing)."""
-    if row.impl == DEFAULT_IMPL or row.error or row.impl_status == "unavailable":
+    if row.error or row.impl_status == "unavailable":  # (the reference expects nothing of the log)
         return {}
     found = _verdict(row, reader)
     if found is None:

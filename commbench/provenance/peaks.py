@@ -38,8 +38,9 @@ def gpu_peak(device: dict[str, Any], baselines: Baselines) -> Peak | None:
     name = device.get("name") or ""
     link = baselines.link_of_model(name)
     links = device.get("nvlink_links")
-    if link is not None and links is None:  # the driver's list only: the model's full NVLink figure
-        return Peak(link.gbps, f"{link.name} (model {name}; links not probed)")
+    if link is not None and links is None and link.per_link_gbps:  # the driver's list only: the model's
+        full = baselines.links_of_model(name) or 0                    # own NVLink count
+        return Peak(link.per_link_gbps * full, f"{link.name} x{full} (model {name}; links not probed)")
     if link is not None and links and link.per_link_gbps:
         return Peak(link.per_link_gbps * links, f"{link.name} x{links} ({name})")
     return _pcie_peak(device, baselines)

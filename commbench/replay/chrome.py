@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.replay.flight import DTYPE_NAMES, OPERATION_NAMES
 from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace
@@ -256,8 +257,8 @@ def parse_traces(payloads: dict[int, tuple[Path, dict]], source: str) -> Trace:
                            "every operation is assumed to run on the world group (0:default_pg)")
     untyped = sum(1 for rank_ops in ops.values() for op in rank_ops if not op.dtype and op.name != "barrier")
     if untyped:
-        trace.notes.append(f"{untyped} operations without a recorded dtype (no backend event matched): "
-                           "assumed float32")
+        trace.notes.append(f"{plural(untyped, 'operation')} without a recorded dtype (no backend event "
+                           "matched): assumed float32")
         trace.ops = {rank: [op if op.dtype or op.name == "barrier" else _typed(op) for op in rank_ops]
                      for rank, rank_ops in ops.items()}
     return trace

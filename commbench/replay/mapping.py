@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from commbench.core.dtypes import element_size
+from commbench.core.words import plural
 from commbench.measure.collectives import REGISTRY
 from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace, numel
 
@@ -133,7 +134,7 @@ def _place(op: RecordedOp, recorded: RecordedGroup, group: ReplayGroup, rank: in
         return ReplayOp(collective, "", op.shape, op.dtype, peer=peer, sends=op.name == "send",
                         key=key, group_size=2)
     if op.name == "all_to_all" and op.shape and op.shape[0] % size:
-        return f"all_to_all of {op.shape[0]} rows over {size} ranks"
+        return f"all_to_all of {plural(op.shape[0], 'row')} over {plural(size, 'rank')}"
     root = op.root or 0
     if root >= size:
         return f"{op.name} with a root outside its group in this world"
@@ -183,12 +184,13 @@ def _world_notes(trace: Trace, plan: ReplayPlan) -> list[str]:
     if now == recorded:
         return []
     if now < recorded:
-        notes = [f"recorded on {recorded} ranks, replayed on {now}: recorded ranks {now}..{recorded - 1} are "
-                 "left out and every group keeps only its members below rank " + str(now)]
+        notes = [f"recorded on {plural(recorded, 'rank')}, replayed on {now}: recorded ranks "
+                 f"{now}..{recorded - 1} are left out and every group keeps only its members below rank "
+                 f"{now}"]
     else:
         copies = math.ceil(now / recorded)
-        notes = [f"recorded on {recorded} ranks, replayed on {now}: {copies} copies of the job side by side, "
-                 f"rank r replaying recorded rank r mod {recorded}"]
+        notes = [f"recorded on {plural(recorded, 'rank')}, replayed on {now}: {copies} copies of the job "
+                 f"side by side, rank r replaying recorded rank r mod {recorded}"]
     shrunk = [group.label for group in plan.groups if len(group.members) < group.recorded_size]
     if shrunk:
         notes.append(f"groups smaller than recorded in this world: {', '.join(shrunk)}")

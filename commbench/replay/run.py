@@ -5,16 +5,17 @@ times into rows."""
 import hashlib
 
 from commbench.backends.base import Backend
+from commbench.core.words import plural
 from commbench.errors import RunError, UsageError, brief
-from commbench.replay.command import ReplayConfig, load_selected, mapped_plan
+from commbench.replay.config import ReplayConfig, load_selected, mapped_plan
 from commbench.replay.execute import check_pass, prepare, time_passes
-from commbench.replay.kind import REPLAY  # noqa: F401 - its rows print no table: the summary stands for it
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
 from commbench.replay.record import record_pass
 from commbench.replay.rows import RowContext, build_rows
 from commbench.replay.summary import summary_lines
 from commbench.results.model import Row
+from commbench.running.runner import Session
 from commbench.writers.output import Output
 
 
@@ -39,18 +40,17 @@ def _create_groups(backend: Backend, plan: ReplayPlan) -> dict[str, object]:
         handles = backend.new_group_handles([list(group.members) for group in created],
                                             [group.desc for group in created]) if created else []
     except Exception as exc:
-        raise RunError(f"rank {backend.rank} could not create the replay's {len(created)} process groups: "
-                       f"{brief(exc)}") from exc
+        raise RunError(f"rank {backend.rank} could not create the replay's "
+                       f"{plural(len(created), 'process group')}: {brief(exc)}") from exc
     found: dict[str, object] = {group.label: None for group in plan.groups if group.is_default}
     found.update({group.label: handle for group, handle in zip(created, handles, strict=True)})
     return found
 
 
-def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: object = None
-               ) -> list[Row]:
+def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: Session) -> list[Row]:
     """One rank's replay: the plan, the groups, the passes, then every rank's times -> rows (the same
-    rows on every rank; rank 0's output writes and prints them). ``session`` is unused: a replay makes
-    its own groups."""
+    rows on every rank; rank 0's output writes and prints them). Of the ``session`` it takes nothing:
+    a replay makes its own groups."""
     (config,) = configs
     trace = load_selected(config)
     _agree(backend, trace)

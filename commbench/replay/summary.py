@@ -6,6 +6,7 @@ summed over every operation row.
 """
 
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
 from commbench.replay.rows import PASS
@@ -41,9 +42,9 @@ def top_lines(op_rows: list[Row], top: int = TOP) -> list[str]:
 def summary_lines(trace: Trace, plan: ReplayPlan, rows: list[Row]) -> list[str]:
     op_rows = [row for row in rows if row.collective != PASS]
     comm, wall = _pass_row(rows, "comm"), _pass_row(rows, "wall")
-    lines = [f"replay of {trace.source} ({trace.format}, recorded on {trace.world_size} ranks) on "
-             f"{plan.world_size} ranks: {comm.ops} operations per pass in {len(op_rows)} rows, "
-             f"{comm.iters} passes after {comm.warmup} warm-up",
+    lines = [f"replay of {trace.source} ({trace.format}, recorded on {plural(trace.world_size, 'rank')}) "
+             f"on {plural(plan.world_size, 'rank')}: {plural(comm.ops, 'operation')} per pass in "
+             f"{plural(len(op_rows), 'row')}, {plural(comm.iters, 'pass')} after {comm.warmup} warm-up",
              f"pass time: p50 {_ms(wall.time_us_p50)} wall, of which {_ms(comm.time_us_p50)} communication "
              "(the slowest rank's sum of its operations' times)"]
     lines.extend(top_lines(op_rows))
@@ -63,8 +64,9 @@ def check_line(op_rows: list[Row]) -> str:
         return ""
     wrong = sum(row.wrong or 0 for row in checked)
     if not wrong:
-        return f"--check: {len(checked)} rows checked, every element right"
+        return f"--check: {plural(len(checked), 'row')} checked, every element right"
     failing = [row for row in checked if row.wrong]
-    return (f"--check: {len(checked)} rows checked, {wrong} wrong elements in {len(failing)} of them "
+    return (f"--check: {plural(len(checked), 'row')} checked, {plural(wrong, 'wrong element')} in "
+            f"{len(failing)} of them "
             f"(first: {failing[0].collective} {format_size(failing[0].size_bytes)} in {failing[0].group_name}"
             f"{': ' + failing[0].first_wrong if failing[0].first_wrong else ''})")

@@ -10,6 +10,7 @@ Any other disagreement is a UsageError naming the group, the position and the di
 
 from dataclasses import replace
 
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.replay.model import P2P_OPS, RecordedOp, Trace, describe_shapes, total_numel
 
@@ -184,8 +185,8 @@ def _check_point_to_point(trace: Trace) -> None:
         sent, received = sends.get(pair, []), receives.get(pair, [])
         source, destination = pair
         if len(sent) != len(received):
-            raise UsageError(f"point-to-point {source} -> {destination}: rank {source} sends {len(sent)} "
-                             f"messages, rank {destination} receives {len(received)}")
+            raise UsageError(f"point-to-point {source} -> {destination}: rank {source} sends "
+                             f"{plural(len(sent), 'message')}, rank {destination} receives {len(received)}")
         for index, (send, receive) in enumerate(zip(sent, received, strict=True), start=1):
             if send.shape != receive.shape or (send.dtype and receive.dtype and send.dtype != receive.dtype):
                 raise UsageError(f"point-to-point {source} -> {destination}, message {index}: rank {source} "

@@ -9,6 +9,7 @@ Validation afterwards drops any operation that the window left on only some memb
 
 from dataclasses import dataclass
 
+from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.replay.model import P2P_OPS, RecordedOp, Trace
 
@@ -106,7 +107,7 @@ def _last_steps(trace: Trace, steps: int) -> Trace:
     for rank, ops in trace.ops.items():
         period, found = step_length([_signature(op) for op in ops])
         if found < steps and ops:
-            have = f"only {found} repeated steps" if found else "no repeating step"
+            have = f"only {plural(found, 'repeated step')}" if found else "no repeating step"
             raise UsageError(f"--select last:{steps}: {have} at the end of rank {rank}'s recording; "
                              "use --select seq:A-B or all")
         kept[rank] = ops[len(ops) - period * steps:] if ops else []

@@ -231,7 +231,17 @@ def _same(values: Sequence) -> bool:
     return type(first) is not float or first != 0 or len({math.copysign(1.0, value) for value in values}) == 1
 
 
-class RowBlock(Sequence[Row]):
+class Columnar(Sequence[Row]):
+    """Rows that give one field over all of them as an array (values), so that what reads many rows
+    reads their columns instead of building each (values_of)."""
+
+    __slots__ = ()
+
+    def values(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class RowBlock(Columnar):
     """Rows measured together (a fabric round's), column by column: ``same`` holds the fields with one
     value over the block, ``each`` the others. Immutable: ``with_same`` makes a block that shares the
     columns."""
@@ -330,7 +340,7 @@ class RowBlock(Sequence[Row]):
         return {"block_of": self.count, "same": same, "each": each}
 
 
-class RowColumns(Sequence[Row]):
+class RowColumns(Columnar):
     """A growing sequence of rows kept as blocks: a block appended as it is (its columns shared), rows
     appended one by one sealed into a block PENDING_ROWS at a time. Reading a row builds it."""
 
@@ -351,7 +361,7 @@ class RowColumns(Sequence[Row]):
             self._seal()
 
     def extend(self, rows: Iterable[Row]) -> None:
-        if isinstance(rows, RowBlock | RowColumns):
+        if isinstance(rows, RowBlock | RowColumns):  # their blocks, shared
             self._seal()
             for block in [rows] if isinstance(rows, RowBlock) else rows.blocks:
                 self._add(block)
@@ -409,8 +419,45 @@ class RowColumns(Sequence[Row]):
         return found
 
 
+class RowsAt(Columnar):
+    """The rows of ``rows`` at ``positions``, in that order, picked out without copying them (a pass's
+    rows out of a run's)."""
+
+    def __init__(self, rows: Columnar, positions: np.ndarray) -> None:
+        self.rows, self.positions = rows, positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return [self.rows[position] for position in self.positions[index].tolist()]
+        return self.rows[int(self.positions[index])]
+
+    def __iter__(self) -> Iterator[Row]:
+        return map(self.rows.__getitem__, self.positions.tolist())
+
+    def values(self, name: str) -> np.ndarray:
+        return self.rows.values(name)[self.positions]
+
+
+def rows_at(rows: Sequence[Row], positions: np.ndarray) -> Sequence[Row]:
+    """The rows at ``positions`` (a numpy array of them), in that order: a view of columnar rows, a list
+    of others."""
+    if isinstance(rows, Columnar):
+        return RowsAt(rows, positions)
+    return [rows[position] for position in positions.tolist()]
+
+
 def values_of(rows: Sequence[Row], name: str) -> np.ndarray:
-    """One field over ``rows`` (a list of Rows, a RowBlock or RowColumns), as RowBlock.values gives it."""
-    if isinstance(rows, RowBlock | RowColumns):
+    """One field over ``rows`` (a list of Rows, or Columnar rows: a RowBlock, RowColumns, RowsAt), as
+    RowBlock.values gives it."""
+    if isinstance(rows, Columnar):
         return rows.values(name)
     return _encode(name, list(map(operator.attrgetter(name), rows))).array()

@@ -8,6 +8,7 @@ from typing import Any, get_args, get_origin
 
 from commbench.core.sizes import format_size
 from commbench.measure.collectives import REGISTRY  # descriptors only: importing it imports no torch
+from commbench.measure.impls import REFERENCE_IMPL  # likewise
 
 
 @dataclass(slots=True)
@@ -100,8 +101,9 @@ class Row:
     host: str = ""  # the host an intra-node all_reduce row measured
     elapsed_s: float | None = None  # seconds from the start of the run (the soak) to this row
     repeat: int = 0  # the soak's pass that measured the row, from 0
-    # Implementations (--impl; docs/implementations.md). Files written before them load as c10d.
-    impl: str = "c10d"  # how the op ran: c10d (torch.distributed's call), nccl-ubr, symm-one-shot, ...
+    # Implementations (--impl; docs/implementations.md). Files written before them load as the reference,
+    # torch.distributed's own call (c10d), which they ran.
+    impl: str = REFERENCE_IMPL  # how the op ran: c10d (torch.distributed's call), nccl-ubr, symm-one-shot..
     impl_status: str = ""  # ran, verified, fallback, unavailable (error says why; not a failure); '' c10d
     impl_note: str = ""  # what showed the path it ran on, or why another path seems to have run
     impl_init_ms: float | None = None  # once per run: the implementation's communicator, pool or heap
@@ -114,7 +116,7 @@ class Row:
         if not self.group_size:
             self.group_size = self.world_size
         if not self.impl:  # a file whose impl column is empty: torch.distributed's own call
-            self.impl = "c10d"
+            self.impl = REFERENCE_IMPL
 
     @property
     def judged_against(self) -> float | None:
@@ -139,17 +141,28 @@ class Row:
                 continue
             if name == "placement" and value == default_placement(self.collective):
                 continue  # the layout the collective has without --placement says nothing
-            if name == "impl" and value == DEFAULT_IMPL:
+            if name == "impl" and value == REFERENCE_IMPL:
                 continue  # torch.distributed's own call: what every row was before --impl
             found.append(f"{name} {value}")
         return found
 
 
+SKEW_FLOOR_US = 20.0  # smaller arrival skews are host scheduling jitter, whatever the op time
+
+
+def skew_percent(row: Row) -> float | None:
+    """A row's largest arrival skew as a percentage of its p50 time (the console's straggler line and
+    explain's straggler rule judge it)."""
+    if row.skew_us_max is None or not row.time_us_p50 or row.time_us_p50 <= 0:
+        return None
+    return 100.0 * row.skew_us_max / row.time_us_p50
+
+
 def describe_row(row: Row) -> str:
     """'all_reduce (float32, sum, in-place, sync) at 64 KiB', as messages name a row; with another
-    implementation than c10d, 'all_reduce by symm-one-shot (...)'."""
+    implementation than the reference, 'all_reduce by symm-one-shot (...)'."""
     detail = ", ".join(part for part in (row.dtype, row.op, row.placement, row.mode) if part)
-    how = "" if row.impl == DEFAULT_IMPL else f" by {row.impl}"
+    how = "" if row.impl == REFERENCE_IMPL else f" by {row.impl}"
     return f"{row.collective}{how} ({detail}) at {format_size(row.size_bytes)}"
 
 
@@ -160,7 +173,6 @@ def default_placement(collective: str) -> str:
     return known.default_placement if known is not None else ""
 
 
-DEFAULT_IMPL = "c10d"
 # A new field that tells measurements apart (a placement, ...) goes here; compare, fits and plots follow.
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",

@@ -1,7 +1,7 @@
 """What a run's passes say (--repeat, --duration): how far a measurement's passes spread, each pass's
 median time against the first (drift), and the measurements whose p50 spiked in some passes, by the
 robust rule (measure/robust.py) on each measurement's own passes. Reads rows only, so it works on saved
-results too.
+results too. The spike finder is also fabric's (a pair direction's passes: fabric/drift.py).
 
 A measurement's passes are its rows of one key (Row.key(): collective, dtype, size, ...), one per pass.
 Their spread is the robust rule's: s = 1.4826 x the median of |ln(p50 / median p50)| over the passes,
@@ -11,13 +11,17 @@ percent; 70% for passes of 670, 590, 3314, 845 and 2846 µs).
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from commbench.measure.robust import LATENCY, is_slow, relative, robust_spread
+import numpy as np
+
+from commbench.core.words import plural
+from commbench.measure.robust import LATENCY, Metric, relative, robust_spread, slow_mask
 from commbench.results.model import Row, describe_row
 
-MIN_PASSES = 3  # fewer passes give a row no median of its own to compare with
+MIN_PASSES = 3  # fewer passes give a measurement no median of its own to compare with
+SPIKE_FACTOR = 2.0  # a pass's p50 at least this many times its own median (and beyond 4 scaled MADs)
 
 
 def passes_by_key(rows: Iterable[Row]) -> dict[tuple, list[Row]]:
@@ -34,45 +38,64 @@ def pass_spread_pct(p50s: Sequence[float]) -> float | None:
     """The spread of a measurement's pass p50s in percent (module docstring); None below 2 passes."""
     if len(p50s) < 2 or min(p50s) <= 0:
         return None
-    return 100.0 * (math.exp(robust_spread(list(p50s))[1]) - 1.0)
-SPIKE_FACTOR = 2.0  # a pass's p50 at least this many times its own median (and beyond 4 scaled MADs)
+    return 100.0 * (math.exp(robust_spread(p50s)[1]) - 1.0)
 
 
 @dataclass(frozen=True)
-class TimeSpike:
-    """The passes in which one measurement (a row's key: collective, dtype, size, ...) took far longer
-    than its own median over the soak."""
+class Spike:
+    """The passes in which one measurement (a row's key in a sweep's soak, a pair direction in fabric's)
+    fell far off its own median over the passes, on its metric's slow side."""
 
-    label: str  # 'all_reduce (float32, sum, in-place, sync) at 64 KiB'
-    passes: list[int]
-    elapsed_s: list[float | None]
+    first: Row  # the measurement's first pass, which names it
+    metric: Metric
+    passes: list[int]  # Row.repeat of each spike
+    elapsed_s: list[float | None]  # when each was measured
     total: int  # passes measured
-    median_us: float
-    worst_ratio: float
+    median: float
+    worst_ratio: float  # the worst spike's value over the median
 
-    def describe(self) -> str:
+    def times(self) -> str:
+        """' (at 12 s, 40 s)', or '' when no spike's time is known."""
         when = ", ".join(f"{value:.0f} s" for value in self.elapsed_s if value is not None)
-        return (f"{self.label}: {len(self.passes)} of {self.total} passes slower than its median "
-                f"{self.median_us:.1f} µs, worst {self.worst_ratio:.2f}x" + (f" (at {when})" if when else ""))
+        return f" (at {when})" if when else ""
 
 
-def time_spikes(rows: list[Row], factor: float = SPIKE_FACTOR) -> list[TimeSpike]:
-    """Every measurement of a soak (3 passes or more) whose p50 spiked in some passes, the most
-    often first: the robust rule (measure/robust.py, fabric's outlier rule) on each key's own passes."""
-    by_key = passes_by_key(rows)
+def find_spikes(series: Iterable[Sequence[Row]], value: Callable[[Row], float], metric: Metric,
+                factor: float) -> list[Spike]:
+    """Every measurement (its rows, one per pass) of MIN_PASSES passes or more whose ``value`` was slow
+    in some passes against its own median over them, by the robust rule with the minimum gap ``factor``:
+    the most spikes first, ties in the order given."""
     spikes = []
-    for series in by_key.values():
-        if len({row.repeat for row in series}) < MIN_PASSES:
+    for rows in series:
+        if len({row.repeat for row in rows}) < MIN_PASSES:
             continue
-        values = [row.time_us_p50 for row in series]
+        values = np.fromiter((value(row) for row in rows), dtype=np.float64, count=len(rows))
         median, sigma = robust_spread(values)
-        off = [row for row, value in zip(series, values, strict=True)
-               if is_slow(value, median, sigma, LATENCY, factor)]
-        if off:
-            worst = max(relative(row.time_us_p50, median) for row in off)
-            spikes.append(TimeSpike(describe_row(series[0]), [row.repeat for row in off],
-                                    [row.elapsed_s for row in off], len(series), median, worst))
+        slow = slow_mask(values, median, sigma, metric, factor)
+        if not slow.any():
+            continue
+        off = [row for row, is_slow in zip(rows, slow, strict=True) if is_slow]
+        ratios = [relative(float(slow_value), median) for slow_value in values[slow]]
+        worst = min(ratios) if metric.higher_is_better else max(ratios)
+        spikes.append(Spike(rows[0], metric, [row.repeat for row in off], [row.elapsed_s for row in off],
+                            len(rows), median, worst))
     return sorted(spikes, key=lambda spike: -len(spike.passes))
+
+
+def time_spikes(rows: list[Row], factor: float = SPIKE_FACTOR) -> list[Spike]:
+    """Every measurement of a soak whose p50 spiked in some passes (find_spikes on each key's passes)."""
+    return find_spikes(passes_by_key(rows).values(), _p50, LATENCY, factor)
+
+
+def _p50(row: Row) -> float:
+    return row.time_us_p50 or 0.0  # passes_by_key keeps only rows with a time
+
+
+def describe_time_spike(spike: Spike) -> str:
+    """'all_reduce (float32, sum, in-place, sync) at 64 KiB: 2 of 12 passes slower than its median
+    81.3 µs, worst 3.10x (at 40 s, 95 s)'."""
+    return (f"{describe_row(spike.first)}: {len(spike.passes)} of {spike.total} passes slower than its "
+            f"median {spike.median:.1f} µs, worst {spike.worst_ratio:.2f}x{spike.times()}")
 
 
 def soak_lines(rows: list[Row]) -> list[str]:
@@ -88,9 +111,9 @@ def soak_lines(rows: list[Row]) -> list[str]:
             if row.repeat == passes[-1] and row.time_us_p50 and first.get(row.key())]
     if last:
         lines.append(f"drift: the last pass's times are {statistics.median(last):.2f}x the first's (median "
-                     f"over {len(last)} measurements)")
+                     f"over {plural(len(last), 'measurement')})")
     spikes = time_spikes(rows)
-    lines += [f"spike: {spike.describe()}" for spike in spikes[:10]]
+    lines += [f"spike: {describe_time_spike(spike)}" for spike in spikes[:10]]
     if len(spikes) > 10:
         lines.append(f"spike: ... and {len(spikes) - 10} more measurements (report.html lists them all)")
     if not spikes:

@@ -1,5 +1,6 @@
 """Implementations side by side: the rows of one collective, dtype, op and placement measured by several
-implementations, compared per size and mode (pure: on rows, for the console and the report).
+implementations, compared per size and mode (pure: on rows, for the console and the report), each one's
+speed against the registry's reference (REFERENCE_IMPL, torch.distributed's own call).
 
 The fastest implementation at a size is the one with the smallest p50 among the rows that were
 measured (not refused, not failed). With --check, two implementations whose outputs hash differently at
@@ -9,6 +10,7 @@ a size accumulated in another order (or one is wrong: its row's ``wrong`` says w
 from dataclasses import dataclass
 
 from commbench.core.sizes import format_size
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.results.model import Row
 
 
@@ -27,8 +29,8 @@ class SizeComparison:
         return min(timed, key=lambda name: timed[name]) if timed else None
 
     def speedup(self, name: str) -> float | None:
-        """How many times faster ``name`` is than c10d here (None when either has no time)."""
-        mine, base = self.rows.get(name), self.rows.get("c10d")
+        """How many times faster ``name`` is than the reference here (None when either has no time)."""
+        mine, base = self.rows.get(name), self.rows.get(REFERENCE_IMPL)
         if mine is None or base is None or not mine.time_us_p50 or base.time_us_p50 is None:
             return None
         return base.time_us_p50 / mine.time_us_p50

@@ -6,12 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from commbench.backends.base import Backend
+from commbench.core.words import plural
 from commbench.errors import RunError, Terminated, UsageError, brief
 from commbench.running.buffers import AllocationFailed
-
-
-def count_of(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def attempt(action: Callable[[], Any]) -> tuple[Any, str | None]:
@@ -43,5 +40,5 @@ def agree_with_time(backend: Backend, error: str | None, seconds: float) -> tupl
     if len(failing) == len(texts) and len(set(texts)) == 1:
         return f"{texts[0]} (on every rank)", slowest
     others = len(failing) - 1
-    return f"rank {failing[0]}: {texts[failing[0]]}" + (f" (and {count_of(others, 'other rank')})"
+    return f"rank {failing[0]}: {texts[failing[0]]}" + (f" (and {plural(others, 'other rank')})"
                                                          if others else ""), slowest

@@ -3,11 +3,13 @@ each, their buffers registered per size, and what each row says about them.
 
 Order, and why: a table whose implementation cannot run here (its probe refuses, or its set-up raises)
 becomes rows with the reason and status 'unavailable', which are not failures. The probe reads the
-process's capabilities (probed once, on first use: a c10d-only sweep never probes) and every rank adopts
-the first refusal any rank found, so all ranks skip or run alike. Set-up (a communicator, a pool, a
-heap) runs once per implementation, the first time a table needs it, and is timed with the device
-memory it took; per size, the buffers' registration or rendezvous is timed apart from the ops and
-undone after the size. Both times are columns of the rows, never part of an op's time.
+process's capabilities (probed once, on first use, and only for an implementation that needs something of
+the process: a c10d-only sweep never probes) and every rank adopts the first refusal any rank found, so
+all ranks skip or run alike. Set-up (a communicator, a pool, a heap: ``Implementation.start``) runs once
+per implementation, the first time a table needs it, and is timed with the device memory it took; per
+size, the buffers' registration or rendezvous is timed apart from the ops and undone after the size.
+Both times are columns of the rows, never part of an op's time. An implementation with nothing to set up
+(the reference) has no such columns and no status.
 """
 
 import time
@@ -45,7 +47,7 @@ class ImplTable:
 
     impl: Implementation
     refusal: str | None = None
-    state: Any = None  # backends.paths.PathState; None for c10d
+    state: Any = None  # what Implementation.start set up (backends.paths.PathState); None: nothing
     init_ms: float | None = None
     init_bytes: int | None = None
     expected_fallback: str | None = None
@@ -104,14 +106,18 @@ class ImplRun:
     def table(self, table: TablePlan) -> ImplTable:
         """The implementation of ``table``, probed and set up (or refused, with the reason)."""
         impl = REGISTRY[table.impl]
-        if impl.path.plain and impl.name == "c10d":
-            return ImplTable(impl)
         plan = self.membership.plan
+        probed = impl.needs.of_process
         setting = Setting(table.collective.name, table.dtype, table.op, table.placement or
-                          table.collective.default_placement, plan.size, plan.is_world, self.capabilities())
-        refusal = agreed_reason(self.backend, impl.refusal(setting))
+                          table.collective.default_placement, plan.size, plan.is_world,
+                          self.capabilities() if probed else None)
+        refusal = impl.refusal(setting)
+        if probed:  # each rank judged its own process: all adopt the first refusal
+            refusal = agreed_reason(self.backend, refusal)
         if refusal is not None:
             return ImplTable(impl, refusal=refusal)
+        if impl.path is None:  # nothing to set up: it runs as the run's own ops do
+            return ImplTable(impl)
         started = self._start(impl)
         if started.error is not None:
             return ImplTable(impl, refusal=f"set-up failed: {started.error}")
@@ -124,8 +130,8 @@ class ImplRun:
         backend, plan = self.backend, self.membership.plan
         before = backend.free_device_memory()
         started_at = time.perf_counter()
-        state, error = attempt(lambda: backend.start_path(impl.path, self.membership.process_group,
-                                                           [list(ranks) for ranks in plan.members]))
+        state, error = attempt(lambda: impl.start(backend, self.membership.process_group,
+                                                   [list(ranks) for ranks in plan.members]))
         seconds = time.perf_counter() - started_at
         error = agreed_reason(backend, error)
         if error is not None and state is not None:
@@ -169,8 +175,8 @@ def row_fields(table: ImplTable, facts: ImplFacts | None) -> dict[str, Any]:
     """The implementation's columns of a row."""
     if table.refusal is not None:
         return {"impl": table.name, "impl_status": UNAVAILABLE}
-    if table.plain and table.name == "c10d":
-        return {"impl": "c10d", "kernels": " | ".join(facts.kernels) if facts else ""}
+    if table.plain:  # nothing set up: nothing timed apart, no path to judge
+        return {"impl": table.name, "kernels": " | ".join(facts.kernels) if facts else ""}
     facts = facts or ImplFacts()
     if table.expected_fallback and facts.status != "fallback":
         facts.status, facts.note = "fallback", table.expected_fallback

@@ -24,7 +24,6 @@ from commbench.coordination import BOARD_ENV, CheckInFailed
 from commbench.core import devices
 from commbench.core.devices import MemoryBudget
 from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
-from commbench.core.sizes import parse_size
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
 from commbench.provenance.describe import hardware_summary
 from commbench.results.model import Row
@@ -40,9 +39,6 @@ if TYPE_CHECKING:
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
 Work = Callable[[list[Any], Backend, Output, Session], Sequence[Row]]
-# Test-only: "RANK:SIZE" makes that rank leave SIZE out of its sweep, as a rank whose sweep diverged
-# would; the others must then time out at that size and name it.
-TEST_SKIP_ENV = "COMMBENCH_TEST_SKIP"
 FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
 
 
@@ -196,15 +192,6 @@ class StopRequests:
         return self.signum
 
 
-def skipped_size(info: RankInfo, environ: Mapping[str, str]) -> int | None:
-    """COMMBENCH_TEST_SKIP=RANK:SIZE (tests only): the size this rank's sweeps leave out."""
-    spec = environ.get(TEST_SKIP_ENV)
-    if not spec:
-        return None
-    rank_text, _, size_text = spec.partition(":")
-    return parse_size(size_text) if int(rank_text) == info.rank else None
-
-
 def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, str], work: Work) -> int:
     for benchmark in benchmarks:
         benchmark.check_world(info.world_size)
@@ -229,8 +216,8 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
                 recording.note(hardware_summary(hardware))
             members = [list(ranks) for ranks in plan.members]
             context = provenance.start_rows(backend, hostnames, members, recording)
-            session = Session(membership, stops.requested, skipped_size(info, environ), context,
-                              memory_budget(backend, hostnames), hostnames=tuple(hostnames))
+            session = Session(membership, stops.requested, context, memory_budget(backend, hostnames),
+                              hostnames=tuple(hostnames))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True

@@ -10,7 +10,7 @@ import platform
 import shlex
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,11 @@ from commbench import __version__
 from commbench.backends.base import Backend
 from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.core.groups import GroupPlan
+from commbench.core.words import plural
+from commbench.provenance.explain.engine import MODEL_VERSION, explain_run
+from commbench.provenance.explain.text import console_line
 from commbench.results.columns import RowBlock, RowColumns
-from commbench.results.fit import fit_rows
+from commbench.results.fit import SeriesFit, fit_rows
 from commbench.results.kinds import kind_named
 from commbench.results.model import Row, RunMeta
 from commbench.writers.files import ResultWriter
@@ -87,6 +90,7 @@ class Recording:
         csv_path, json_path = result_paths(setup, meta.run_id)
         self.writer = ResultWriter(meta, csv_path, json_path)
         self.table_rows = RowColumns()  # the rows of the table being measured
+        self.explained: dict[tuple, dict[str, Any]] = {}  # results.json's explain.series: each series' latest
 
     def note(self, text: str) -> None:
         self.reporter.note(text)
@@ -119,6 +123,25 @@ class Recording:
         if fits:
             self.writer.add_fits([fit.to_dict() for fit in fits])
         self.reporter.table_done(rows, fits)
+        self.explain(rows, fits)
+
+    def explain(self, rows: Sequence[Row], fits: list[SeriesFit]) -> None:
+        """explain's line under the table and its part of results.json (docs/explain.md). The rows are
+        saved before: a fault in explaining them is a note, never a lost run."""
+        meta = {field.name: getattr(self.writer.meta, field.name) for field in fields(self.writer.meta)}
+        try:
+            explained = explain_run(meta, rows, fits)
+        except Exception as exc:  # the measured rows matter more than their explanation
+            self.note(f"explain: could not explain this table ({type(exc).__name__}: {exc})")
+            return
+        if not explained:
+            return
+        for series in explained:  # a soak's later pass replaces its series' explanation
+            self.explained[(series.benchmark, *sorted(series.series.items()))] = series.to_dict()
+        self.writer.set_section("explain", {"model": MODEL_VERSION, "series": list(self.explained.values())})
+        line = console_line(explained[0])
+        if line:
+            self.note(line)
 
     def implementations_done(self, rows: list[Row]) -> None:
         self.reporter.implementations_done(rows)
@@ -146,6 +169,7 @@ class Recording:
         self.reporter.close()
         if self.table_rows:
             self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
-        self.reporter.note(f"interrupted by {signal_name}: {self.writer.row_count} rows measured and kept")
+        kept = plural(self.writer.row_count, "row")
+        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept")
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()

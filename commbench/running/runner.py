@@ -31,9 +31,11 @@ from commbench.core.devices import MemoryBudget
 from commbench.core.dtypes import torch_dtype
 from commbench.core.groups import Membership, world_plan
 from commbench.core.sizes import format_size
+from commbench.core.words import plural
 from commbench.errors import Terminated, UsageError, failures_named
 from commbench.measure.check import SizeChecker
 from commbench.measure.collectives import Buffers, Layout
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.measure.planning import PlannedSize, TablePlan, plan_tables
 from commbench.measure.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
 from commbench.measure.timing import BoundOp, graph_replay_op, warm_up, warm_up_count
@@ -43,7 +45,7 @@ from commbench.results.columns import values_of
 from commbench.results.model import Row, describe_row
 from commbench.results.passes import soak_lines
 from commbench.results.rows import make_row
-from commbench.running.agreement import agree, agree_with_time, attempt, count_of
+from commbench.running.agreement import agree, agree_with_time, attempt
 from commbench.running.availability import settle
 from commbench.running.buffers import allocate
 from commbench.running.implementations import (
@@ -69,12 +71,10 @@ def _no_stop() -> int:
 class Session:
     """What launch sets up once for a rank besides the backend: the sub-communicator it measures in,
     the stop requests (signals) that every rank agrees on between sizes, the memory budget the ranks
-    agreed on, every rank's host name, and (tests only) a size this rank leaves out of its sweeps, as a
-    rank whose sweep diverged would."""
+    agreed on and every rank's host name."""
 
     membership: Membership
     stop_requested: Callable[[], int] = _no_stop
-    skipped_size: int | None = None
     row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
     memory: MemoryBudget | None = None  # what a rank may fill when --max-memory does not say
     hostnames: tuple[str, ...] = ()  # by rank (fabric groups ranks by host)
@@ -91,8 +91,7 @@ def sampling_policy(config: RunConfig) -> SamplingPolicy:
                           cuda_graph_replays=config.cuda_graph)
 
 
-def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
-                   session: Session | None = None) -> list[Row]:
+def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output, session: Session) -> list[Row]:
     """A run: its benchmarks (one, or a sweep file's list) in order, in one process group; with
     --duration or --repeat, again and again (a soak), then what the passes show. First, once, what the
     backend cannot run here is found and left out (availability.py)."""
@@ -122,7 +121,8 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     config.check_span(plan.size, whole_world=plan.is_world)
     tables, notes = plan_tables(config, plan.size, session.memory)
     if not any(table.sizes for table in tables):  # the ranks' memory refused every size
-        raise UsageError(f"nothing to measure at {plan.size} ranks: {notes[0] if notes else 'no size fits'}")
+        raise UsageError(f"nothing to measure at {plural(plan.size, 'rank')}: "
+                         f"{notes[0] if notes else 'no size fits'}")
     for text in notes:
         output.note(text)
     output.plan(sum(table.step_count() for table in tables))
@@ -155,15 +155,14 @@ def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: S
     impl = impls.table(table)
     table_rows: list[Row] = []
     for size in table.sizes:
-        if size.requested == session.skipped_size:
-            continue
         point = SizePoint(config, backend, table, size, session.membership, session.row_context,
                           session.memory, impl)
         _check_in(point, point.label(), session.stop_requested)
         for row in measure_size(point, budgets, output):
             output.row(row)
             if row.wrong:
-                output.note(f"{describe_row(row)}: {row.wrong} wrong elements, first at {row.first_wrong}")
+                output.note(f"{describe_row(row)}: {plural(row.wrong, 'wrong element')}, first at "
+                            f"{row.first_wrong}")
             table_rows.append(row)
         backend.free_cached_memory()  # the size's buffers are gone: nothing cached for the next
     output.table_done(table_rows)
@@ -191,12 +190,12 @@ def sweep_failure(rows: Sequence[Row]) -> str | None:
     problems = []
     if failed:
         first = failed[0]
-        problems.append(f"{count_of(len(failed), 'row')} failed (first: {describe_row(first)}: "
+        problems.append(f"{plural(len(failed), 'row')} failed (first: {describe_row(first)}: "
                         f"{first.error})")
     if wrong:
         first = wrong[0]
-        problems.append(f"{count_of(len(wrong), 'row')} had wrong values (first: {describe_row(first)}: "
-                        f"{count_of(first.wrong or 0, 'wrong element')}, the first at {first.first_wrong})")
+        problems.append(f"{plural(len(wrong), 'row')} had wrong values (first: {describe_row(first)}: "
+                        f"{plural(first.wrong or 0, 'wrong element')}, the first at {first.first_wrong})")
         if any(row.op == "premul_sum" and row.dtype == "bfloat16" and row.backend == "nccl" for row in wrong):
             problems.append(PREMUL_BFLOAT16_HINT)
     return "; ".join(problems) or None
@@ -221,7 +220,7 @@ class SizePoint:
     membership: Membership
     row_context: RowContext | None = None
     memory: MemoryBudget | None = None  # the default budget (--max-memory, when given, comes first)
-    impl: ImplTable | None = None  # the table's implementation as set up on this rank (None: c10d)
+    impl: ImplTable | None = None  # the table's implementation as set up on this rank
 
     @property
     def placement(self) -> str:
@@ -229,8 +228,8 @@ class SizePoint:
 
     @property
     def how(self) -> str:
-        """' by symm-one-shot' for an implementation other than c10d, as messages name it."""
-        return "" if self.table.impl == "c10d" else f" by {self.table.impl}"
+        """' by symm-one-shot' for an implementation other than the reference, as messages name it."""
+        return "" if self.table.impl == REFERENCE_IMPL else f" by {self.table.impl}"
 
     def layout(self, allocate: Any = None) -> Layout:
         size, config = self.size, self.config

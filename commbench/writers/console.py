@@ -24,9 +24,10 @@ from rich.progress import (
 from rich.table import Table
 
 from commbench.core.sizes import format_size
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.results.fit import SeriesFit, fit_line
 from commbench.results.kinds import LiveRun, kind_named
-from commbench.results.model import DEFAULT_IMPL, Row, RunMeta
+from commbench.results.model import SKEW_FLOOR_US, Row, RunMeta, skew_percent
 from commbench.results.side_by_side import unavailable
 
 
@@ -107,7 +108,7 @@ def group_title(row: Row) -> str:
     parts = [row.benchmark] if row.benchmark else []
     parts += [row.collective, row.dtype] + ([f"op {row.op}"] if row.op else [])
     parts += [row.placement] if row.placement else []
-    parts += [] if row.impl == DEFAULT_IMPL else [row.impl]
+    parts += [] if row.impl == REFERENCE_IMPL else [row.impl]
     return " · ".join(parts)
 
 
@@ -226,16 +227,6 @@ def per_rank_table(rows: Iterable[Row], hostnames: list[str], group_of: dict[int
     return table
 
 
-def skew_percent(row: Row) -> float | None:
-    """A row's largest arrival skew as a percentage of its p50 time."""
-    if row.skew_us_max is None or not row.time_us_p50 or row.time_us_p50 <= 0:
-        return None
-    return 100.0 * row.skew_us_max / row.time_us_p50
-
-
-SKEW_FLOOR_US = 20.0  # smaller skews are host scheduling jitter, whatever the op time
-
-
 def straggler_line(rows: list[Row], hostnames: list[str], threshold_percent: float) -> str | None:
     """One line naming the rank the others waited for, when some row's skew passes the threshold."""
     over = [(percent, row) for row in rows
@@ -287,6 +278,7 @@ class ConsoleReporter(ReporterBase):
         self.hostnames: list[str] = []
         self.group_of: dict[int, int] = {}
         self.run_config: dict[str, Any] = {}  # the run's meta.config (fabric concludes with its settings)
+        self.run_hardware: dict[str, Any] = {}  # the run's meta.hardware (fabric: hosts with too few CPUs)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
 
@@ -315,6 +307,7 @@ class ConsoleReporter(ReporterBase):
     def header(self, meta: RunMeta) -> None:
         self.hostnames = list(meta.hostnames)
         self.run_config = dict(meta.config)
+        self.run_hardware = dict(meta.hardware or {})
         members = (meta.groups or {}).get("members", [])
         if len(members) > 1:
             self.group_of = {rank: index for index, ranks in enumerate(members) for rank in ranks}
@@ -331,7 +324,7 @@ class ConsoleReporter(ReporterBase):
             return
         kind = kind_named(rows[0].pattern)  # fabric's matrices, a pattern's steps: tables of their own
         if kind is not None and kind.console is not None:
-            kind.console(self.console, rows, LiveRun(self.hostnames, self.run_config))
+            kind.console(self.console, rows, LiveRun(self.hostnames, self.run_config, self.run_hardware))
             return
         reason = unavailable(rows)
         if reason:  # an implementation that cannot run here: a line, not a table of dashes

@@ -1,4 +1,7 @@
-"""Console formats of a run (rank 0 only): `table` (console.py), `nccl-tests` and `jsonl`.
+"""Console formats of a run (rank 0 only), a registry of reporter classes by --format name: `table`
+(console.py's tables), `nccl-tests` and `jsonl`; --quiet's SilentReporter stands apart from them. A class
+registers with @console_format(name) and builds itself from the launch settings (``for_settings``);
+OUTPUT_FORMATS, the names --format takes, is the registry's keys in the order registered.
 
 nccl-tests: the column layout of NVIDIA's nccl-tests (size, count, type, redop, root, then time, algbw,
 busbw and #wrong per column group), so parsers written for all_reduce_perf read commbench's output
@@ -14,9 +17,9 @@ header, notes and the files line go to stderr, so stdout is nothing but rows.
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
-from typing import Protocol, TextIO
+from typing import Protocol, TextIO, TypeVar
 
 from commbench.results.fit import SeriesFit, fit_line
 from commbench.results.model import Row, RunMeta
@@ -30,6 +33,63 @@ NCCL_TESTS_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16
                     "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
 NCCL_TESTS_OPS = {"sum": "sum", "prod": "prod", "max": "max", "min": "min", "avg": "avg",
                   "premul_sum": "mulsum", "": "none"}
+
+
+class ConsoleSettings(Protocol):
+    """What the console's format depends on (config.launch.LaunchConfig has it all)."""
+
+    quiet: bool
+    output_format: str
+    per_rank: bool
+    skew_threshold_percent: float
+
+
+class Reporter(Protocol):
+    """What a run reports to (running/recording.py): a console format's reporter, or --quiet's. Subclass
+    console.ReporterBase for the hooks a format has no use for."""
+
+    def header(self, meta: RunMeta) -> None: ...
+    def note(self, text: str) -> None: ...
+    def plan(self, steps: int) -> None: ...
+    def working(self, text: str) -> None: ...
+    def row(self, row: Row) -> None: ...
+    def advance(self) -> None: ...
+    def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None: ...
+    def implementations_done(self, rows: list[Row]) -> None: ...
+    def files(self, paths: Iterable[str]) -> None: ...
+    def close(self) -> None: ...
+
+
+class Format(Protocol):
+    """A console format's reporter class, as the registry holds it."""
+
+    @classmethod
+    def for_settings(cls, setup: ConsoleSettings) -> Reporter: ...
+
+
+FORMATS: dict[str, type[Format]] = {}  # by --format name, in the order --help lists them
+Registered = TypeVar("Registered", bound=type)
+
+
+def console_format(name: str) -> Callable[[Registered], Registered]:
+    """Registers a reporter class under ``name``, the --format value that chooses it."""
+    def add(reporter: Registered) -> Registered:
+        if name in FORMATS:
+            raise ValueError(f"console format {name!r} is already registered")
+        FORMATS[name] = reporter
+        return reporter
+    return add
+
+
+@console_format("table")
+class TableReporter(ConsoleReporter):
+    """The default: a rich table per collective, dtype and op (console.py), and implementations side by
+    side (side_by_side.py)."""
+
+    @classmethod
+    def for_settings(cls, setup: ConsoleSettings) -> "TableReporter":
+        return cls(make_console(), per_rank=setup.per_rank, skew_threshold=setup.skew_threshold_percent,
+                   side_by_side=side_by_side_table)
 
 
 def nccl_tests_number(value: float | None, width: int) -> str:
@@ -46,6 +106,7 @@ def nccl_tests_number(value: float | None, width: int) -> str:
     return f"{value:{width}.1e}"
 
 
+@console_format("nccl-tests")
 class NcclTestsReporter(ReporterBase):
     """Streams nccl-tests lines: one per size as soon as every mode of that size is measured."""
 
@@ -53,6 +114,10 @@ class NcclTestsReporter(ReporterBase):
         self.out = out
         self.pending: list[Row] = []  # the modes of the size being measured
         self.header_done = False
+
+    @classmethod
+    def for_settings(cls, setup: ConsoleSettings) -> "NcclTestsReporter":
+        return cls(sys.stdout)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -117,12 +182,17 @@ class NcclTestsReporter(ReporterBase):
         self._print(f"# results: {', '.join(paths)}")
 
 
+@console_format("jsonl")
 class JsonLinesReporter(ReporterBase):
     """Rows as JSON lines on stdout, everything else on stderr."""
 
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out = out
         self.err = err
+
+    @classmethod
+    def for_settings(cls, setup: ConsoleSettings) -> "JsonLinesReporter":
+        return cls(sys.stdout, sys.stderr)
 
     def header(self, meta: RunMeta) -> None:
         print(header_line(meta), file=self.err, flush=True)
@@ -159,24 +229,11 @@ class SilentReporter(ReporterBase):
         print(f"results: {', '.join(paths)}", file=sys.stderr, flush=True)
 
 
-Reporter = ConsoleReporter | NcclTestsReporter | JsonLinesReporter | SilentReporter
-
-
-class ConsoleSettings(Protocol):
-    """What the console's format depends on (config.launch.LaunchConfig has it all)."""
-
-    quiet: bool
-    output_format: str
-    per_rank: bool
-    skew_threshold_percent: float
+OUTPUT_FORMATS = FORMATS.keys()  # live: a format registered later is one --format takes
 
 
 def make_reporter(setup: ConsoleSettings) -> Reporter:
+    """The reporter --quiet or --format (config.launch checked the name) asks for."""
     if setup.quiet:
         return SilentReporter()
-    if setup.output_format == "nccl-tests":
-        return NcclTestsReporter(sys.stdout)
-    if setup.output_format == "jsonl":
-        return JsonLinesReporter(sys.stdout, sys.stderr)
-    return ConsoleReporter(make_console(), per_rank=setup.per_rank,
-                           skew_threshold=setup.skew_threshold_percent, side_by_side=side_by_side_table)
+    return FORMATS[setup.output_format].for_settings(setup)

@@ -4,6 +4,7 @@ implementations that could not run with their reasons, the fallbacks, and where 
 outputs differ. One line stands for a table whose implementation could not run at all."""
 
 from commbench.core.sizes import format_size
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.results.model import Row
 from commbench.results.side_by_side import compare_sizes, implementations, output_differences, unavailable
 from commbench.writers.console import TextTable
@@ -23,15 +24,15 @@ def side_by_side_table(rows: list[Row]) -> TextTable:
              if not unavailable([row for row in rows if row.impl == name])]
     points = compare_sizes(rows)
     modes = list(dict.fromkeys(point.mode for point in points))
+    compared = [name for name in names if name != REFERENCE_IMPL] if REFERENCE_IMPL in names else []
     columns = ["size", *(["mode"] if len(modes) > 1 else []), *(f"{name} µs" for name in names), "fastest",
-               *([f"{name} vs c10d" for name in names if name != "c10d"] if "c10d" in names else [])]
+               *(f"{name} vs {REFERENCE_IMPL}" for name in compared)]
     cells = []
     for point in points:
         line = [format_size(point.size_bytes), *([point.mode] if len(modes) > 1 else [])]
         line += [_p50(point.rows.get(name)) for name in names]
         line.append(point.fastest or "-")
-        if "c10d" in names:
-            line += [_ratio(point.speedup(name)) for name in names if name != "c10d"]
+        line += [_ratio(point.speedup(name)) for name in compared]
         cells.append(line)
     first = rows[0]
     title = " · ".join(part for part in ("implementations", first.benchmark, first.collective, first.dtype,
@@ -55,5 +56,6 @@ def _footer(rows: list[Row]) -> list[str]:
         if fallbacks:
             lines.append(f"{name}: fallback at {len(fallbacks)} of {len(mine)} rows: "
                          f"{fallbacks[0].impl_note}")
-    return lines + output_differences(rows) + ["fastest: the smallest p50 at that size; vs c10d: c10d's "
-                                               "p50 / the implementation's (above 1: faster)"]
+    legend = (f"fastest: the smallest p50 at that size; vs {REFERENCE_IMPL}: {REFERENCE_IMPL}'s p50 / the "
+              "implementation's (above 1: faster)")
+    return lines + output_differences(rows) + [legend]

@@ -1,19 +1,30 @@
 """The implementations: every way commbench can run a collective, by name (--impl).
 
-An implementation (base.Implementation) says which collectives it runs, what it needs, what the backend
-sets up for it and what proves its path ran; the runner measures each like c10d, its set-up timed apart,
-and an implementation that cannot run here becomes rows with the reason. The families register
-themselves in their modules, imported here in the order `--impl all` runs them (docs/implementations.md).
+An implementation (a subclass of base.Implementation per family) says which collectives it runs, what it
+needs, what the backend sets up for it, how it issues each collective and what proves its path ran; the
+runner measures each alike, its set-up timed apart, and an implementation that cannot run here becomes
+rows with the reason. The families register themselves in their modules, imported here in the order
+`--impl all` runs them (docs/implementations.md). REFERENCE_IMPL is the one registered as the reference.
 """
 
 from commbench.measure.impls import c10d, nccl, symmetric, nvshmem, torchcomms  # noqa: F401, I001
-from commbench.measure.impls.base import REGISTRY, Evidence, Implementation, Needs, Setting, SizeFacts
+from commbench.measure.impls.base import (
+    REGISTRY,
+    Evidence,
+    Implementation,
+    Needs,
+    Setting,
+    SizeFacts,
+    reference,
+)
 from commbench.errors import UsageError, did_you_mean
 
-__all__ = ["DEFAULT_IMPLS", "REGISTRY", "Evidence", "Implementation", "Needs", "Setting", "SizeFacts",
-           "check_applicable", "impls_for", "resolve_impls"]
+__all__ = ["DEFAULT_IMPLS", "REFERENCE_IMPL", "REGISTRY", "Evidence", "Implementation", "Needs", "Setting",
+           "SizeFacts", "check_applicable", "impls_for", "resolve_impls"]
 
-DEFAULT_IMPLS = ["c10d"]
+# torch.distributed's own call: --impl's default, what rows from before --impl ran, what "vs" compares with
+REFERENCE_IMPL = reference().name
+DEFAULT_IMPLS = [REFERENCE_IMPL]
 
 
 def resolve_impls(names: list[str]) -> list[str]:

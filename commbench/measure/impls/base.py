@@ -1,21 +1,29 @@
 """What an implementation is: one way to run a collective (torch.distributed's own call, NCCL with
 registered buffers, torch's symmetric-memory kernels, ...), what it needs, and how it issues the op.
 
-An ``Implementation`` says which collectives it runs, what it needs (``Needs``: backend, device, torch
-features, NCCL version, group sizes, dtypes, ops, placements, and per size), what the backend sets up for
-it (``PathSpec``), how it issues each collective (through the Backend; absent: the collective's own
-call), and what shows that its path ran (``Evidence``). ``refusal`` and ``size_refusal`` are pure
-functions of a ``Setting`` (the table, and the process's Capabilities), so every reason can be tested
-without the device it names.
+``Implementation`` is the base of a class per family (c10d.py, nccl.py, symmetric.py, nvshmem.py,
+torchcomms.py). An instance says which collectives it runs, what it needs (``Needs``: backend, device,
+torch features, NCCL version, group sizes, dtypes, ops, placements, and per size) and what shows that its
+path ran (``Evidence``); its class says what the backend sets up for it (``path``: a ``PathSpec`` naming a
+memory kind and a communicator kind, which ``Backend.start_path`` turns into objects that allocate,
+register and release a size's buffers) and how it issues each collective (``issue_for``: a Backend
+method, or the collective's own call). ``refusal`` and ``size_refusal`` are pure functions of a
+``Setting`` (the table, and the process's Capabilities), so every reason can be tested without the
+device it names.
+
+The registry holds one reference implementation (``reference=True``: torch.distributed's own call):
+--impl's default, what a row from before --impl ran, and what the side-by-side table compares with.
+Nothing outside the registry names an implementation.
 
 Importing this package imports no torch: the command line validates --impl with it.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from commbench.core.paths import Capabilities, PathSpec, version_text
 
@@ -27,7 +35,8 @@ ANY = "*"  # the key of a per-collective need that holds for every collective
 
 @dataclass(frozen=True)
 class Setting:
-    """One table of a run, as an implementation's probe sees it."""
+    """One table of a run, as an implementation's probe sees it. ``capabilities`` is None where the
+    implementation needs nothing of the process (``Needs.of_process``): then nothing was probed."""
 
     collective: str
     dtype: str
@@ -35,7 +44,7 @@ class Setting:
     placement: str
     group_size: int
     whole_world: bool
-    capabilities: Capabilities
+    capabilities: Capabilities | None
 
 
 @dataclass(frozen=True)
@@ -79,9 +88,23 @@ class Needs:
     sizes: Callable[[SizeFacts], str | None] = any_size  # why one size is refused (alignment)
     sizes_text: str = ""
 
+    @property
+    def of_process(self) -> bool:
+        """Whether a need depends on what this process offers (its backend, device, torch or NCCL): then
+        each rank probes its own, and the ranks agree on the first refusal. Otherwise the answer is a pure
+        function of the table, the same on every rank."""
+        return bool(self.backend or self.device or self.features or self.kernels or self.min_nccl)
+
     def refusal(self, setting: Setting) -> str | None:
         """Why ``setting`` cannot run (the first reason), or None."""
+        if self.of_process and (why := self._process_refusal(setting)) is not None:
+            return why
+        return self._setting_refusal(setting)
+
+    def _process_refusal(self, setting: Setting) -> str | None:
         caps = setting.capabilities
+        if caps is None:
+            raise ValueError("a need of the process was judged without probing it")
         if self.backend and caps.backend != self.backend:
             return f"needs --backend {self.backend} (this run: {caps.backend})"
         if self.device and caps.device != self.device:
@@ -95,7 +118,7 @@ class Needs:
         if self.min_nccl is not None and caps.nccl_version is not None and caps.nccl_version < self.min_nccl:
             return f"needs NCCL {version_text(self.min_nccl)} or later (this run: " \
                    f"{version_text(caps.nccl_version)})"
-        return self._setting_refusal(setting)
+        return None
 
     def _setting_refusal(self, setting: Setting) -> str | None:
         if self.whole_world and not setting.whole_world:
@@ -135,18 +158,35 @@ Issue = Callable[["Backend", "CollectiveArgs"], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Implementation:
-    """One way to run collectives. ``collectives`` None: every collective torch.distributed runs."""
+class Implementation(ABC):
+    """One way to run collectives; a subclass per family says what it sets up and how it issues.
+    ``collectives`` None: every collective torch.distributed runs."""
 
     name: str
     summary: str
     collectives: tuple[str, ...] | None
     needs: Needs
-    path: PathSpec = PathSpec()
-    issue: Mapping[str, Issue] = field(default_factory=dict)  # absent: the collective's own call
     evidence: Evidence = Evidence()
     # A fallback known before running: the path exists but NCCL will not take it for this setting.
     expected_fallback: Callable[[Setting], str | None] = nothing_expected
+    reference: bool = False  # torch.distributed's own call: the default, and what the others compare with
+
+    @property
+    @abstractmethod
+    def path(self) -> PathSpec | None:
+        """What the backend sets up for it, once per run (``Backend.start_path``); None: nothing (the
+        run's communicator, torch's allocator), and then no set-up or registration is timed either."""
+
+    @abstractmethod
+    def issue_for(self, collective: str, own: Issue) -> Issue:
+        """How it issues ``collective``: a Backend method, or ``own`` (the collective's own call)."""
+
+    def start(self, backend: Backend, group: Any, members: list[list[int]]) -> Any:
+        """Set up ``path`` over ``group`` (``members``: every group's ranks), raising with the reason when
+        this process cannot. What it returns (backends.paths.PathState) allocates, registers and releases
+        each size's buffers and holds the communicator the ops run on; None: nothing to set up."""
+        spec = self.path
+        return None if spec is None else backend.start_path(spec, group, members)
 
     def runs(self, collective: str) -> bool:
         return self.collectives is None or collective in self.collectives
@@ -161,9 +201,6 @@ class Implementation:
     def size_refusal(self, facts: SizeFacts) -> str | None:
         return self.needs.sizes(facts)
 
-    def issue_for(self, collective: str, own: Issue) -> Issue:
-        return self.issue.get(collective, own)
-
 
 # Every implementation by name, in the order they were registered (the order of `--impl all`).
 REGISTRY: dict[str, Implementation] = {}
@@ -172,8 +209,15 @@ REGISTRY: dict[str, Implementation] = {}
 def register(implementation: Implementation) -> Implementation:
     if implementation.name in REGISTRY:
         raise ValueError(f"implementation {implementation.name!r} is already registered")
+    if implementation.reference and any(known.reference for known in REGISTRY.values()):
+        raise ValueError(f"implementation {implementation.name!r} cannot be a second reference")
     REGISTRY[implementation.name] = implementation
     return implementation
+
+
+def reference() -> Implementation:
+    """The registry's reference implementation (torch.distributed's own call)."""
+    return next(implementation for implementation in REGISTRY.values() if implementation.reference)
 
 
 def aligned(facts_bytes: int, element_size: int) -> bool:

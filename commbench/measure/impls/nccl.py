@@ -15,8 +15,10 @@ NCCL falls back silently where these do not apply; Evidence says what shows the 
 ``symmetric_kernel_fallback`` what NCCL's symmetric kernels do not take (NCCL 2.27 to 2.30).
 """
 
+from dataclasses import dataclass
+
 from commbench.core.paths import PathSpec
-from commbench.measure.impls.base import Evidence, Implementation, Needs, Setting, register
+from commbench.measure.impls.base import Evidence, Implementation, Issue, Needs, Setting, register
 
 REGISTERED_COLLECTIVES = ("all_reduce", "reduce_scatter_base", "all_gather_base", "all_to_all_single",
                           "all_to_allv", "broadcast", "reduce")
@@ -39,31 +41,47 @@ def symmetric_kernel_fallback(setting: Setting) -> str | None:
     return None
 
 
-NCCL_UBR = register(Implementation(
+@dataclass(frozen=True, kw_only=True)
+class NcclBuffers(Implementation):
+    """The collective's own call with its buffers in ``memory`` (nccl-registered or nccl-window), on the
+    run's communicator or one of its own (``communicator``: cta-efficiency, cta-zero)."""
+
+    memory: str
+    communicator: str = "run"
+
+    @property
+    def path(self) -> PathSpec:
+        return PathSpec(memory=self.memory, communicator=self.communicator)
+
+    def issue_for(self, collective: str, own: Issue) -> Issue:
+        return own
+
+
+NCCL_UBR = register(NcclBuffers(
     name="nccl-ubr", summary="NCCL user-buffer registration: buffers from NCCL's allocator, registered",
-    collectives=REGISTERED_COLLECTIVES, path=PathSpec(memory="nccl-registered"),
+    collectives=REGISTERED_COLLECTIVES, memory="nccl-registered",
     needs=Needs(features=("nccl-mem-pool",), min_nccl=(2, 19)), evidence=REGISTRATION))
 
-NCCL_SYMM = register(Implementation(
+NCCL_SYMM = register(NcclBuffers(
     name="nccl-symm", summary="NCCL symmetric windows: torch's symmetric memory on NCCL, NCCL's symmetric "
                               "kernels",
-    collectives=("all_reduce", "reduce_scatter_base", "all_gather_base"), path=PathSpec(memory="nccl-window"),
+    collectives=("all_reduce", "reduce_scatter_base", "all_gather_base"), memory="nccl-window",
     needs=Needs(features=("nccl-window",), min_nccl=(2, 27)),
     evidence=Evidence(proof=r"ncclSymkDevKernel", fallback=r"ncclDevKernel_",
                       proof_text="NCCL's symmetric kernels (ncclSymkDevKernel_*)", nccl_log="symmetric"),
     expected_fallback=symmetric_kernel_fallback))
 
-CTA_EFFICIENCY = register(Implementation(
+CTA_EFFICIENCY = register(NcclBuffers(
     name="cta-efficiency", summary="NCCL_CTA_POLICY_EFFICIENCY on a communicator of its own, buffers "
                                    "registered",
-    collectives=REGISTERED_COLLECTIVES, path=PathSpec(memory="nccl-registered", cta_policy="efficiency"),
+    collectives=REGISTERED_COLLECTIVES, memory="nccl-registered", communicator="cta-efficiency",
     needs=Needs(features=("nccl-cta-policy", "nccl-mem-pool"), min_nccl=(2, 27)), evidence=REGISTRATION))
 
-CTA_ZERO = register(Implementation(
+CTA_ZERO = register(NcclBuffers(
     name="cta-zero", summary="NCCL_CTA_POLICY_ZERO: copy-engine all-gather and all-to-all, buffers in "
                              "windows",
     collectives=("all_gather_base", "all_to_all_single"),
-    path=PathSpec(memory="nccl-window", cta_policy="zero"),
+    memory="nccl-window", communicator="cta-zero",
     needs=Needs(features=("nccl-cta-policy", "nccl-window"), min_nccl=(2, 28)),
     evidence=Evidence(proof=r"^Memcpy", fallback=r"ncclDevKernel|ncclSymkDevKernel",
                       proof_text="copy-engine copies (Memcpy) and no NCCL kernel", nccl_log="copy-engine",

@@ -9,12 +9,16 @@ out of place only; reduce_scatter_out likewise. multimem needs multicast (NVLink
 the rest with an error, so these rules make refusals rows, before anything runs.
 """
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from commbench.core.paths import PathSpec
 from commbench.measure.collectives.base import IN_PLACE, OUT_OF_PLACE
 from commbench.measure.impls.base import (
     ANY,
     Evidence,
     Implementation,
+    Issue,
     Needs,
     SizeFacts,
     aligned,
@@ -24,8 +28,22 @@ from commbench.measure.impls.base import (
 
 KERNEL_DTYPES = ("float32", "bfloat16")
 SUM = {ANY: ("sum",)}
-SYMMETRIC = PathSpec(memory="symmetric")
 TWO_SHOT_GROUPS = (2, 4, 8)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SymmetricKernels(Implementation):
+    """Buffers in torch's symmetric memory (CUDA backend), each collective by the torch kernel
+    ``kernels`` names for it (a Backend method)."""
+
+    kernels: Mapping[str, Issue]
+
+    @property
+    def path(self) -> PathSpec:
+        return PathSpec(memory="symmetric")
+
+    def issue_for(self, collective: str, own: Issue) -> Issue:
+        return self.kernels[collective]
 
 
 def buffer_aligned(facts: SizeFacts) -> str | None:
@@ -65,19 +83,19 @@ def two_shot_groups(collective: str, placement: str, ranks: int) -> str | None:
     return None
 
 
-ONE_SHOT = register(Implementation(
+ONE_SHOT = register(SymmetricKernels(
     name="symm-one-shot", summary="torch's one-shot all-reduce: every rank reads every peer's buffer",
-    collectives=("all_reduce",), path=SYMMETRIC,
+    collectives=("all_reduce",),
     needs=Needs(backend="", features=("symm-mem",), kernels={ANY: ("one_shot_all_reduce_out",)},
                 dtypes={ANY: KERNEL_DTYPES}, ops=SUM, placements={ANY: (OUT_OF_PLACE,)},
                 sizes=buffer_aligned, sizes_text="buffers a multiple of 4 bytes"),
-    issue={"all_reduce": lambda backend, args: backend.symmetric_all_reduce(args, "one_shot")},
+    kernels={"all_reduce": lambda backend, args: backend.one_shot_all_reduce(args)},
     evidence=Evidence(proof=r"one_shot_all_reduce", proof_text="torch's one_shot_all_reduce kernel")))
 
-TWO_SHOT = register(Implementation(
+TWO_SHOT = register(SymmetricKernels(
     name="symm-two-shot", summary="torch's two-shot all-reduce (reduce-scatter, then all-gather) and its "
                                   "reduce-scatter",
-    collectives=("all_reduce", "reduce_scatter_base"), path=SYMMETRIC,
+    collectives=("all_reduce", "reduce_scatter_base"),
     needs=Needs(backend="", features=("symm-mem",),
                 kernels={"all_reduce": ("two_shot_all_reduce_", "two_shot_all_reduce_out"),
                          "reduce_scatter_base": ("reduce_scatter_out",)},
@@ -85,19 +103,19 @@ TWO_SHOT = register(Implementation(
                 groups=two_shot_groups, groups_text="out of place and reduce-scatter: 2, 4 or 8 ranks",
                 sizes=per_collective_alignment, sizes_text="buffers a multiple of 4 bytes; reduce-scatter: "
                                                            "elements a multiple of ranks x 16 B / element"),
-    issue={"all_reduce": lambda backend, args: backend.symmetric_all_reduce(args, "two_shot"),
-           "reduce_scatter_base": lambda backend, args: backend.symmetric_reduce_scatter(args)},
+    kernels={"all_reduce": lambda backend, args: backend.two_shot_all_reduce(args),
+             "reduce_scatter_base": lambda backend, args: backend.symmetric_reduce_scatter(args)},
     evidence=Evidence(proof=r"two_shot_all_reduce", proof_text="torch's two_shot_all_reduce kernels")))
 
-MULTIMEM = register(Implementation(
+MULTIMEM = register(SymmetricKernels(
     name="symm-multimem", summary="torch's multimem (NVLink SHARP) all-reduce and all-gather",
-    collectives=("all_reduce", "all_gather_base"), path=SYMMETRIC,
+    collectives=("all_reduce", "all_gather_base"),
     needs=Needs(backend="", features=("symm-mem", "multicast"),
                 kernels={"all_reduce": ("multimem_all_reduce_", "multimem_one_shot_all_reduce_out"),
                          "all_gather_base": ("multimem_all_gather_out",)},
                 dtypes={"all_reduce": KERNEL_DTYPES}, ops=SUM,
                 placements={"all_reduce": (IN_PLACE, OUT_OF_PLACE)},
                 sizes=buffer_aligned, sizes_text="buffers a multiple of 4 bytes"),
-    issue={"all_reduce": lambda backend, args: backend.symmetric_all_reduce(args, "multimem"),
-           "all_gather_base": lambda backend, args: backend.multimem_all_gather(args)},
+    kernels={"all_reduce": lambda backend, args: backend.multimem_all_reduce(args),
+             "all_gather_base": lambda backend, args: backend.multimem_all_gather(args)},
     evidence=Evidence(proof=r"multimem_", proof_text="torch's multimem kernels")))
