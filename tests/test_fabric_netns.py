@@ -103,8 +103,8 @@ def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_
     out = " ".join(verdict.split())
     for number in (1, 2):
         assert f"confirmation {number} of at most 3: host h1: 8 pairs measured again" in out
-    again = [row for row in payload["rows"] if row["phase"] == "recheck"]
-    assert len(again) == 2 * 8 * 4 and all({2, 3} & {row["src_rank"], row["dst_rank"]} for row in again)
+    again = [row for row in load_run(tmp_path / "fabric.json").rows if row.phase == "recheck"]
+    assert len(again) == 2 * 8 * 4 and all({2, 3} & {row.src_rank, row.dst_rank} for row in again)
 
 
 def test_with_no_link_slowed_pass_after_pass_names_nobody(netns_cluster, tmp_path):
