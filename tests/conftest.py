@@ -13,6 +13,12 @@
   torch is imported, so the processes the tests start inherit it) unless COMMBENCH_TEST_CUDA=1, which
   keeps the GPUs for the CUDA-only tests (scripts/gpu_check.sh runs those). On a GPU workstation the
   CLI's defaults would otherwise be NCCL on CUDA, and two local ranks on one GPU.
+- Property-based tests (hypothesis) have no deadline (a loaded machine makes any example slow) and skip
+  the too-slow health check for the same reason; under CI=true they draw the same examples every run
+  (derandomize), so a landing never depends on which examples a run happened to draw, while a
+  developer's runs keep exploring.
+- A test that needs a GPU carries the `cuda` marker: where torch sees none it is skipped, and the summary
+  says how many such tests did not run and why, so that a leg without a GPU does not pass them silently.
 """
 
 import os
@@ -26,10 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
+from commbench.core.words import plural
 from tests.dist_helpers import ROOT, commbench
 from tests.netns import netns_cluster  # noqa: F401 - the test-hosts fixture, for every test module
 from tests.replay_helpers import Recordings
+
+settings.register_profile("commbench", deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          derandomize=os.environ.get("CI", "").lower() == "true")
+settings.load_profile("commbench")
 
 SWEEP = ROOT / "tests" / "data" / "two_benchmarks.yaml"
 ITERS = "30"  # overrides the file's 5 and 7: enough samples per row for the rank test
@@ -106,11 +118,37 @@ def repeated_run(tmp_path_factory: pytest.TempPathFactory) -> SavedRunFiles:
 RUN_FIXTURES = {"two_runs", "six_collective_runs", "reduce_scatter_run", "repeated_run", "recordings"}
 
 
+def _why_no_gpu() -> str | None:
+    """Why the `cuda` tests cannot run here, or None when torch sees a GPU."""
+    if os.environ.get("COMMBENCH_TEST_CUDA") != "1":
+        return "CUDA is hidden from the suite (COMMBENCH_TEST_CUDA=1 keeps it)"
+    import torch
+
+    return None if torch.cuda.is_available() else "torch sees no GPU here"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that asks for a saved run starts real CLI runs (once per session): it is a processes test."""
+    """A test that asks for a saved run starts real CLI runs (once per session): it is a processes test.
+    A `cuda` test is skipped, naming why, where there is no GPU to run it on."""
+    needs_gpu = [item for item in items if item.get_closest_marker("cuda") is not None]
+    why = _why_no_gpu() if needs_gpu else None
     for item in items:
         if isinstance(item, pytest.Function) and RUN_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.processes)
+    if why is not None:
+        for item in needs_gpu:
+            item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {why}"))
+
+
+@pytest.hookimpl(trylast=True)  # after the short summary, beside the counts
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many tests need a GPU and did not run: CI's legs have none, and must say so."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if "cuda" in getattr(report, "keywords", {})]
+    if skipped:
+        verb = "needs" if len(skipped) == 1 else "need"
+        terminalreporter.write_line(f"{plural(len(skipped), 'test')} {verb} a GPU and did not run: "
+                                    f"{_why_no_gpu() or 'skipped'}; scripts/gpu_check.sh runs them on one")
 
 
 class _ProcessGuard:

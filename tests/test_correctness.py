@@ -191,7 +191,7 @@ def test_without_the_check_the_corruption_goes_unnoticed(corrupted_sweeps):
     assert [wrong for _, _, wrong, _ in rows] == [None] * len(CORRUPTED) and failure is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs CUDA (and COMMBENCH_TEST_CUDA=1)")
+@pytest.mark.cuda
 def test_nccl_premul_sum_and_uneven_lists(tmp_path):
     """Every row right, but premul_sum where plain torch is wrong too: torch 2.11 hands NCCL a 4-byte
     float factor for bfloat16 (pytorch/pytorch#190745), and --check must report that, not hide it."""

@@ -135,7 +135,7 @@ def test_bad_missing_and_foreign_files_are_one_line_naming_the_file(two_runs, tm
         message = _one_line_usage_error(tmp_path / name)
         kind = "results.csv" if name.endswith(".csv") else "results.json"
         assert message.startswith(f"{tmp_path / name}: not a commbench {kind}"), message
-    assert "size_bytes is 'big', not int" in _one_line_usage_error(tmp_path / "typed.json")
+    assert "row 0: size_bytes is 'big', not a whole number" in _one_line_usage_error(tmp_path / "typed.json")
     missing = tmp_path / "missing.json"
     assert _one_line_usage_error(missing) == f"{missing}: no such results file"
     assert _one_line_usage_error(tmp_path) == (

@@ -11,11 +11,13 @@ from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config.launch import LaunchConfig
 from commbench.errors import UsageError
+from commbench.patterns.command import PATTERNS
 from commbench.patterns.config import DEFAULT_MOE_MODEL, ParallelConfig, resolve_parallel
 from commbench.patterns.measure import step_dry
 from commbench.patterns.models import load_model, preset_names
 from commbench.patterns.moe import MoeStep, Router, imbalance
-from commbench.patterns.parallel import GroupInfo, Mesh
+from commbench.patterns.parallel import GroupInfo, Mesh, make_groups
+from commbench.patterns.parallel_run import build_3d, build_moe, build_pp, build_tp
 from commbench.patterns.pp import bubble_fraction, one_f_one_b
 from commbench.patterns.schedule import Label
 from commbench.patterns.sharding import dim0_chunk
@@ -221,11 +223,53 @@ def test_a_model_without_dims_is_refused_naming_the_pattern(tmp_path):
 
 # --- defaults that run ---------------------------------------------------------------------------------
 
+class _RankOfAWorld(TorchDistBackend):
+    """One rank of a world that never starts: enough to build a pattern's step and run it dry (a dry
+    step issues nothing, so no process group is made)."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        super().__init__("gloo", CPU)
+        self._rank, self._world_size = rank, world_size
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    def new_groups(self, members: list[list[int]]) -> object:
+        return object()  # a handle the dry step never uses
+
+
+BUILDS = {"tp": build_tp, "moe": build_moe, "pp": build_pp, "3d": build_3d}
+
+
 @pytest.mark.parametrize("pattern", ["tp", "moe", "pp", "3d"])
 @pytest.mark.parametrize("world", [2, 4])
 def test_each_pattern_s_default_model_runs_at_its_defaults(pattern, world):
-    model = DEFAULT_MOE_MODEL if pattern == "moe" else "gpt2-small"
-    ParallelConfig(pattern=pattern, model=model).check_world(world)
+    """What `commbench pattern NAME --nproc WORLD` does before timing, on every rank: the defaults
+    resolved and checked, the mesh's groups, the pattern's step built for the default model and run
+    dry; every rank issues collectives in its mesh's groups (real runs, at smaller models, are the
+    processes tests below)."""
+    feature = next(each for each in PATTERNS if each.name == pattern)  # the command's own defaults
+    config = resolve_parallel(ParallelConfig(**feature.defaults))
+    assert config.model == (DEFAULT_MOE_MODEL if pattern == "moe" else "gpt2-small")
+    config.check_world(world)
+    model = load_model(config.model, config.layers)
+    sized = config.for_world(model, world)
+    mesh = sized.mesh(world)
+    # moe's ranks are alike (one dimension, one seeded router every rank draws alike) and drawing its
+    # routes is most of its cost: its last rank stands for all
+    for rank in [world - 1] if pattern == "moe" else range(world):
+        backend = _RankOfAWorld(rank, world)
+        groups = make_groups(backend, mesh)
+        labels = step_dry(backend, BUILDS[pattern](sized, model, groups, backend).step, pattern)
+        assert labels, f"rank {rank} issues nothing"
+        assert all(label.size_bytes > 0 for label in labels)
+        assert {label.group for label in labels} <= set(mesh.names) | {""}
+        assert {label.group_size for label in labels} <= {*mesh.sizes, 0, world}
 
 
 @pytest.mark.parametrize("pattern", ["tp", "3d"])

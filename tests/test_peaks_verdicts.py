@@ -138,11 +138,11 @@ def test_bad_baselines_and_bad_options_are_one_line_usage_errors(tmp_path):
     cases = {"expect: [{collective: all_reduce}]": "busbw_gbps is missing",
              "expect: [{busbw_gbps: 10, colective: all_reduce}]":
                  r"expect\[0\]: unknown key 'colective' \(did you mean collective\?\)",
-             "expect: [{busbw_gbps: -1}]": "expected a number above 0",
+             "expect: [{busbw_gbps: -1}]": "expected a finite number above 0",
              "expect: [{busbw_gbps: 1, min_size: 12Q}]": "malformed size",
              "description: nothing to expect": "expected a mapping with an 'expect' list",
              "expect: [{busbw_gbps: 1}]\npass_pct: 50\nwarn_pct: 60": "warn_pct 60 is above pass_pct 50",
-             "[unclosed": "not a readable YAML file"}
+             "[unclosed": "not valid YAML"}
     for index, (text, message) in enumerate(cases.items()):
         path = tmp_path / f"bad{index}.yaml"
         path.write_text(text)

@@ -290,7 +290,7 @@ def test_truncated_or_corrupt_files_are_one_line(recordings, tmp_path, capsys):
     cut.mkdir()
     for path in profiler.iterdir():
         (cut / path.name).write_text(path.read_text()[:200])
-    assert "truncated or corrupt JSON" in _one_line_error(capsys, str(cut))
+    assert "not valid JSON" in _one_line_error(capsys, str(cut))
 
 
 @pytest.mark.processes

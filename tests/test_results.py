@@ -10,7 +10,7 @@ import pytest
 from commbench.measure.stats import percentile, slowest_rank_per_iteration, summarize
 from commbench.results.model import Row, RunMeta
 from commbench.results.saved import load_run
-from commbench.writers.files import ResultWriter
+from commbench.writers.files import ResultWriter, readable_json
 
 
 def _meta() -> RunMeta:
@@ -87,7 +87,7 @@ def test_files_written_before_the_pattern_fields_still_load(tmp_path):
     old = {key: value for key, value in asdict(_row(1024)).items()
            if key not in ("pattern", "model", "unit", "phase", "bucket_mb", "predivide", "postdivide",
                           "calls_per_step", "overlap_pct", "compute_size")}
-    (tmp_path / "old.json").write_text(json.dumps({"schema": 1, "meta": {}, "rows": [old]}))
+    (tmp_path / "old.json").write_text(readable_json({"schema": 1, "meta": {}, "rows": [old]}))  # NaN: null
     (row,) = load_run(tmp_path / "old.json").rows
     assert row.pattern == "" and row.bucket_mb == "" and row.predivide is None
     assert row.key()[:7] == ("all_reduce", "float32", "sum", "sync", 1024, 2, "gloo")
@@ -111,7 +111,7 @@ def test_rows_written_before_the_check_fields_existed_still_load(tmp_path):
     old = asdict(_row(1024))
     for name in ("placement", "wrong", "first_wrong", "error"):
         del old[name]
-    (tmp_path / "old.json").write_text(json.dumps({"schema": 1, "meta": {}, "rows": [old]}))
+    (tmp_path / "old.json").write_text(readable_json({"schema": 1, "meta": {}, "rows": [old]}))
     (row,) = load_run(tmp_path / "old.json").rows
     assert (row.placement, row.wrong, row.first_wrong, row.error) == ("", None, "", "")
     assert row.key() != replace(row, placement="in-place").key()  # placements are told apart

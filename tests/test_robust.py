@@ -5,10 +5,19 @@ it is at least max(4 scaled MADs, ln F) beyond the median on its metric's slow s
 
 import math
 
+import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from commbench.measure.robust import BANDWIDTH, LATENCY, robust_spread, slow_mask
+from commbench.measure.robust import (
+    BANDWIDTH,
+    LATENCY,
+    as_bandwidth,
+    gap_factor,
+    relative,
+    robust_spread,
+    slow_mask,
+)
 
 FLOOR = 1e-30  # the documented floor: a value of 0 is as slow as can be
 # A logarithm may differ from math.log's in its last bit (numpy's vectorised log): a distance this close
@@ -82,3 +91,25 @@ def test_a_value_exactly_the_factor_off_with_quiet_peers_is_slow(median, factor,
     peers = [median] * 5
     assert slow_mask([*peers, off], *robust_spread([*peers, off]), metric, factor).tolist() == \
         [False] * 5 + [True]
+
+
+@settings(deadline=None)
+@given(st.floats(min_value=0.0, max_value=2.0), factors)
+def test_the_gap_is_the_larger_of_four_scaled_mads_and_the_factor(log_sigma, factor):
+    assert math.isclose(gap_factor(log_sigma, factor), max(math.exp(4 * log_sigma), factor), rel_tol=1e-12)
+
+
+def test_a_value_relative_to_its_median_and_on_the_bandwidth_scale():
+    assert relative(2.0, 10.0) == 0.2 and relative(40.0, 10.0) == 4.0 and relative(0.1, 0.5) == 0.2
+    assert relative(5.0, 0.0) == 1.0 and relative(5.0, -1.0) == 1.0  # no median: nothing to be off from
+    assert as_bandwidth(0.2, BANDWIDTH) == 0.2  # a fifth of the bandwidth: worse
+    assert as_bandwidth(4.0, LATENCY) == 0.25  # four times the latency: a quarter, worse
+    assert as_bandwidth(0.5, LATENCY) == 2.0  # half the latency: twice as good
+    assert as_bandwidth(0.0, LATENCY) == 1.0
+
+
+def test_numpy_arrays_are_judged_as_the_lists_they_hold():
+    peers = [10.0, 10.5, 9.5, 10.2, 1.0]
+    as_list = slow_mask(peers, *robust_spread(peers), BANDWIDTH, 2.0)
+    as_array = slow_mask(np.array(peers), *robust_spread(np.array(peers)), BANDWIDTH, 2.0)
+    assert as_list.tolist() == as_array.tolist() == [False] * 4 + [True]

@@ -17,7 +17,8 @@ from tests.dist_helpers import commbench, run_ranks
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h30m", 5400), ("2h", 7200),
-                                           ("45", 45), ("0.5m", 30), (" 1D ", 86400)])
+                                           ("45", 45), ("0.5m", 30), (" 1D ", 86400), ("1s", 1),
+                                           ("0.5s", 0.5)])
 def test_durations_read_as_people_write_them(text, seconds):
     assert parse_duration(text) == seconds
 

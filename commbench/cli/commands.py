@@ -112,6 +112,16 @@ def add_features(group: click.Group, features: Sequence[Feature]) -> None:
         parent.add_command(feature_command(feature))
 
 
+class WholeHelpGroup(click.Group):
+    """A group whose --help gives each command's first sentence whole (click cuts it at the width)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, command.get_short_help_str(limit=1_000)) for name in self.list_commands(ctx)
+                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
 def _group(declared: FeatureGroup) -> click.Group:
     def listing() -> int:
         ctx = click.get_current_context()
@@ -119,5 +129,5 @@ def _group(declared: FeatureGroup) -> click.Group:
             click.echo(ctx.get_help())
         return 0
 
-    return click.Group(declared.name, callback=listing, invoke_without_command=True, help=declared.summary)
+    return WholeHelpGroup(declared.name, callback=listing, invoke_without_command=True, help=declared.summary)
 

@@ -13,12 +13,14 @@ from commbench.config.launch import SOAK, SWEEP
 from commbench.config.options import offered
 from commbench.config.sweep import RunConfig, resolve
 from commbench.config.sweepfile import load_sweep
+from commbench.core.shipped import shipped_names
 
 RUN_HELP = "Benchmark collectives over a range of message sizes (the default command)."
 SWEEP_HELP = """Run the benchmarks of a sweep file in one process group; options typed here override the file.
 
-Every benchmark's rows go to one results.csv and results.json. The defaults shown below apply only
-to settings the file leaves out. See configs/ for examples.
+FILE.yaml is a sweep file, or the name of one commbench ships (configs/): {shipped}. Every benchmark's
+rows go to one results.csv and results.json. The defaults shown below apply only to settings the file
+leaves out.
 """
 
 
@@ -42,7 +44,7 @@ def sweep_commands(config: type[RunConfig] = RunConfig) -> tuple[click.Command, 
     run = click.Command("run", params=[config_file, *params], help=RUN_HELP,
                         callback=lambda config_file, **values: launch_sweep(config_file, values))
     sweep = click.Command("sweep", params=[click.Argument(["sweep_file"], metavar="FILE.yaml"), *params],
-                          help=SWEEP_HELP,
+                          help=SWEEP_HELP.format(shipped=", ".join(shipped_names()) or "none found"),
                           callback=lambda sweep_file, **values: launch_sweep(sweep_file, values))
     return run, sweep
 

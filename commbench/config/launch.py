@@ -11,6 +11,7 @@ does not import torch; only resolving the backend and device does.
 
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Protocol
 
 from commbench.config.options import check_options, option
@@ -59,12 +60,14 @@ class LaunchConfig:
         help="Groups from the ranks' hosts: intra-node (the ranks of each host) or inter-node (one rank per "
              "host).")
     output_dir: str = option("results", help="Each run writes DIR/<run-id>/results.csv and results.json.")
-    csv_path: str | None = option(None, flag="--csv", help="Write the CSV exactly here instead.")
+    csv_path: str | None = option(None, flag="--csv", help="Write the CSV exactly here instead (and without "
+                                  "--json the JSON beside it, X.json, where commbench.load finds it).")
     json_path: str | None = option(None, flag="--json", help="Write the JSON exactly here instead.")
     output_format: str = option(
         "table", flag="--format", only=(SWEEP,), choices=OUTPUT_FORMATS, noun="format",
         help=f"Console output: {', '.join(OUTPUT_FORMATS)} (nccl-tests' columns; JSON lines on stdout).")
-    quiet: bool = option(False, help="Print nothing but errors; files are still written.")
+    quiet: bool = option(False, help="Print no tables or notes: only errors, warnings and, on stderr, where "
+                                     "the files are.")
     per_rank: bool = option(
         False, only=(SWEEP,), help="Print each rank's mean time and arrival skew per size.")
     skew_threshold_percent: float = option(
@@ -114,7 +117,19 @@ def resolve_launch(launch: LaunchConfig) -> LaunchConfig:
     check_group_options(launch.group_size, launch.group_layout, launch.groups)
     check_judging(launch.expect, launch.fail_below)
     backend, device = resolve_backend_and_device(launch.backend, launch.device)
-    return replace(launch, backend=backend, device=device)
+    json_path = launch.json_path or json_beside(launch.csv_path)
+    return replace(launch, backend=backend, device=device, json_path=json_path)
+
+
+def json_beside(csv_path: str | None) -> str | None:
+    """Where the JSON goes when only --csv is given: beside it, X.json for X.csv, as readers of X.csv look
+    for its metadata (results/saved.py), not in a run directory elsewhere."""
+    if not csv_path:
+        return None
+    path = Path(csv_path)
+    if path.suffix.lower() == ".json":  # `--csv r.json`: not the CSV's own name
+        return str(path.with_name(path.name + ".json"))
+    return str(path.with_suffix(".json"))
 
 
 def resolve_backend_and_device(backend: str | None, device: str | None) -> tuple[str, str]:

@@ -129,7 +129,7 @@ class Declared:
         if not isinstance(value, int | float):
             return
         shown = f"{value:g}" if isinstance(value, float) else str(value)
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite, however long
             raise UsageError(f"{self.label} {shown} must be a finite number")
         low, high = self.option.minimum, self.option.maximum
         above, below = self.option.above, self.option.below

@@ -23,10 +23,12 @@ from commbench.core.splits import (
 from commbench.core.words import plural
 from commbench.errors import UsageError, did_you_mean
 from commbench.measure.collectives import MODES, PLACEMENTS, resolve_collectives
-from commbench.measure.impls import DEFAULT_IMPLS, check_applicable, resolve_impls
+from commbench.measure.impls import DEFAULT_IMPLS, REFERENCE_IMPL, check_applicable, resolve_impls
+from commbench.measure.impls import REGISTRY as IMPLS
 from commbench.measure.planning import plan_tables
 
 BARRIERS = ("none", "per-iter")
+CONCURRENT_GROUPS = ("same", "disjoint")
 REDUCE_OPS = ("sum", "avg", "min", "max", "prod", "premul_sum")
 DEFAULT_SIZES = "1K:16M"
 
@@ -62,21 +64,24 @@ class RunConfig:
         0, minimum=0, help="Also check after every N timed ops (implies --check; 0: once per size).")
     splits: str = option(
         DEFAULT_SPLITS,
-        help="v-collectives: spread:F (0..1) or a CSV/YAML file of a world x world byte matrix.")
+        help="v-collectives: spread:F (0..1), distance:F, zipf:S (F, S >= 0) or a CSV/YAML file of a world "
+             "x world byte matrix.")
     split_matrix: list[list[int]] | None = None  # the file's matrix, read by resolve() and recorded
     p2p_window: int = option(16, minimum=1, help="Messages in flight per op for p2p_uni and p2p_bidir.")
     premul_factor: float = option(  # a power of two keeps --check exact
         0.5, help="The factor of --op premul_sum (NCCL only).")
     warmup: int = option(
         5, minimum=0,
-        help="Untimed ops per size (adaptive counts: fewer if they would take 1/5 of --time-per-size).")
+        help="Untimed ops per size (adaptive counts: at most this many, until op times stop falling, "
+             "within 1/5 of --time-per-size).")
     iters: int | None = option(  # None: adaptive (see measure/sampling.py)
         None, minimum=1,
         help="Timed ops per size and mode; turns adaptive iteration counts off [default: adaptive].")
     time_per_size: float = option(
         0.5, above=0, bounds="must be above 0 seconds",
         help="Adaptive: seconds of timed ops per size and mode.")
-    min_iters: int = option(5, minimum=1, help="Adaptive: fewest timed ops per size.")
+    min_iters: int = option(5, minimum=1,
+                            help="Adaptive: fewest timed ops per size (6 at least, for the 95% interval).")
     max_iters: int = option(1000, minimum=1, help="Adaptive: most timed ops per size.")
     precision: float = option(
         0.05, above=0, below=1, bounds="must be a fraction between 0 and 1, e.g. 0.05",
@@ -102,11 +107,50 @@ class RunConfig:
         False,
         help="Record what one op per size ran (torch's profiler: kernel names on CUDA) and judge whether "
              "each implementation ran on its own path.")
+    per_iteration: bool = option(
+        False,
+        help="Keep every rank's time of every timed op (every window in async mode) in results.json, and "
+             "name the spikes, the rank others waited for, the slowest host and the first op's cost.")
+    misalign: int = option(
+        0, minimum=0, metavar="BYTES", bounds="must not be negative",
+        help="Start every buffer this many bytes past an aligned address (a multiple of every --dtype's "
+             "element size).")
+    buffer_sets: int = option(
+        1, flag="--buffers", minimum=1, metavar="N",
+        help="Rotate the ops through N sets of buffers, so that no op finds its data in a cache (N times "
+             "the buffers' memory).")
+    flush_cache: bool = option(
+        False,
+        help="Before each timed op (each async window), outside its time, write a buffer the size of the "
+             "last-level cache (a GPU's L2), so that no op finds its data there.")
+    memory: bool = option(
+        False,
+        help="Record each size's memory per rank: its buffers, and what torch and the communication "
+             "library took beside them (host RSS; on CUDA device memory).")
+    concurrent: int = option(
+        1, minimum=1, metavar="N",
+        help="Run each collective on N communicators at once and report each one's time and its slowdown "
+             "against running alone (sync mode).")
+    concurrent_groups: str = option(
+        "same", choices=CONCURRENT_GROUPS, metavar="[same|disjoint]",
+        help="--concurrent: N communicators over the same ranks, or the world cut into N disjoint groups.")
+    with_compute: int = option(
+        0, minimum=0, metavar="N",
+        help="Run an N x N matmul beside each collective on every rank and report both slowdowns, the "
+             "collective's and the matmul's, against each alone (sync mode; 0: off).")
 
     def check_world(self, world_size: int) -> None:
         """The root and a splits file against the ranks one collective will span in this world (groups
         from host names are known only once the ranks have started: run_sweep checks those)."""
         launch = self.launch
+        if self.disjoint_groups:
+            ranks = world_size // self.concurrent
+            if world_size % self.concurrent or ranks < 2:
+                raise UsageError(f"--concurrent {self.concurrent} --concurrent-groups disjoint needs a world "
+                                 f"of {self.concurrent} x K ranks, K at least 2: "
+                                 f"{plural(world_size, 'rank')} cannot be cut so")
+            self.check_span(ranks, whole_world=False)
+            return
         if launch.group_size is None:
             self.check_span(world_size, whole_world=True)
             return
@@ -126,6 +170,18 @@ class RunConfig:
             why = f": {notes[0]}" if notes else ""
             name = f"benchmark {self.name!r}: " if self.name else ""
             raise UsageError(f"{name}nothing to measure at {plural(ranks, 'rank')}{why}")
+
+    @property
+    def disjoint_groups(self) -> bool:
+        """--concurrent N --concurrent-groups disjoint: the world is cut into N groups, one communicator
+        each."""
+        return self.concurrent > 1 and self.concurrent_groups == "disjoint"
+
+    def buffer_copies(self) -> int:
+        """The sets of buffers a rank holds per size: --buffers' sets, for each communicator it runs on
+        (--concurrent N over the same ranks: N)."""
+        on_each_rank = 1 if self.disjoint_groups else self.concurrent
+        return self.buffer_sets * on_each_rank
 
     def split_spec(self) -> SplitSpec:
         """The --splits of a resolved config (the file's matrix as resolve() read it)."""
@@ -171,6 +227,31 @@ def _check_values(config: RunConfig) -> None:
         raise UsageError(f"--min-iters {config.min_iters} is above --max-iters {config.max_iters}")
 
 
+def _check_cold_and_contention(config: RunConfig, dtypes: list[str], modes: list[str], impls: list[str]
+                               ) -> None:
+    """--misalign, --buffers, --concurrent and --with-compute against the rest of the run."""
+    for dtype in dtypes:
+        if config.misalign % element_size(dtype):
+            raise UsageError(f"--misalign {config.misalign} is not a whole number of {dtype} elements "
+                             f"({element_size(dtype)} bytes)")
+    contention = [flag for flag, on in (("--concurrent", config.concurrent > 1),
+                                        ("--with-compute", config.with_compute > 0)) if on]
+    rebuilt = [flag for flag, on in (("--buffers", config.buffer_sets > 1),
+                                     ("--misalign", config.misalign > 0)) if on]
+    set_up = [name for name in impls if IMPLS[name].path is not None]
+    if set_up and (contention or rebuilt):
+        raise UsageError(f"{(contention + rebuilt)[0]} runs on buffers commbench allocates itself: --impl "
+                         f"{set_up[0]} sets up buffers of its own; use --impl {REFERENCE_IMPL}")
+    if not contention:
+        return
+    if "async" in modes:
+        raise UsageError(f"{contention[0]} times one op per communicator in flight at a time: it cannot "
+                         "time --mode async; use --mode sync")
+    if config.cuda_graph:
+        raise UsageError(f"{contention[0]} issues its ops from the host as they race: it cannot run with "
+                         "--cuda-graph")
+
+
 def resolve(config: RunConfig) -> RunConfig:
     """A copy with defaults filled in and every value checked; UsageError on the first problem."""
     collectives = resolve_collectives(config.collectives)
@@ -190,7 +271,12 @@ def resolve(config: RunConfig) -> RunConfig:
                          "time --mode async; use --mode sync")
     impls = resolve_impls(config.impls)
     check_applicable(impls, collectives, everything="all" in config.impls)
+    _check_cold_and_contention(config, dtypes, modes, impls)
     launch = resolve_launch(config.launch)
+    if config.concurrent > 1 and config.concurrent_groups == "disjoint" and \
+            (launch.group_size is not None or launch.groups is not None):
+        raise UsageError(f"--concurrent {config.concurrent} --concurrent-groups disjoint cuts the world into "
+                         "its own groups: drop --group-size and --groups (or use --concurrent-groups same)")
     if config.cuda_graph and (launch.device != "cuda" or launch.backend != "nccl"):
         raise UsageError("--cuda-graph captures NCCL collectives in a CUDA graph: it needs --device cuda "
                          "and --backend nccl")

@@ -28,6 +28,15 @@ import yaml
 from commbench.config.options import Declared, build, declared, nested, parse_list
 from commbench.config.sweep import RunConfig, resolve
 from commbench.core.shipped import shipped_file, shipped_names
+from commbench.core.untrusted import (
+    CONFIG_BYTES,
+    finite_number,
+    present,
+    read_text,
+    shown,
+    yaml_problem,
+    yaml_root,
+)
 from commbench.errors import UsageError, did_you_mean
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
@@ -57,7 +66,7 @@ def load_sweep(path: str | Path, overrides: dict[str, Any], config: type = RunCo
     options to it); ``overrides`` holds the fields the user typed. UsageError, with file and line, on any
     problem."""
     found = Path(path)
-    if not found.exists():  # a bare name such as `smoke` is one of the sweep files commbench ships
+    if not present(found):  # a bare name such as `smoke` is one of the sweep files commbench ships
         found = shipped_file(str(path)) or found
     return _SweepFile(found, config).configs(overrides)
 
@@ -68,25 +77,9 @@ class _SweepFile:
         self.config = config
         self.keys = field_keys(config)
         self.run_wide = run_wide(config)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise UsageError(f"{path}: no such sweep file{_shipped_hint(path)}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}: cannot read the sweep file: {exc}") from None
-        self.loader = yaml.SafeLoader(text)
-        try:
-            self.root = self.loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line = mark.line + 1 if mark is not None else 1
-            context = ""
-            if exc.context and exc.context_mark is not None:
-                context = f" ({exc.context} started on line {exc.context_mark.line + 1})"
-            raise UsageError(f"{path}:{line}: not valid YAML: {exc.problem or exc.context}{context}") \
-                from None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"{path}: not valid YAML: {exc}") from None
+        if not present(path) and not path.is_symlink():
+            raise UsageError(f"{path}: no such sweep file{_shipped_hint(path)}")
+        self.loader, self.root = yaml_root(read_text(path, "sweep file", CONFIG_BYTES), path)
 
     # --- reading the file ---------------------------------------------------------------------
     def fail(self, node: yaml.Node, text: str) -> UsageError:
@@ -103,7 +96,7 @@ class _SweepFile:
                 raise self.fail(key_node, f"{what}: a key must be a plain name")
             key = key_node.value
             if key in seen:
-                raise self.fail(key_node, f"{key}: repeated key (first on line {seen[key]})")
+                raise self.fail(key_node, f"{_key(key)}: repeated key (first on line {seen[key]})")
             seen[key] = key_node.start_mark.line + 1
             pairs.append((key, key_node, value_node))
         return pairs
@@ -113,7 +106,7 @@ class _SweepFile:
         for key, key_node, value_node in self.mapping(node, what):
             option = self.keys.get(key)
             if option is None:
-                raise self.fail(key_node, f"{key}: unknown key{did_you_mean(key, sorted(self.keys))}")
+                raise self.fail(key_node, f"{_key(key)}: unknown key{did_you_mean(key, sorted(self.keys))}")
             field = option.name
             if field in found:
                 raise self.fail(key_node, f"{key}: sets {field} again (already set by "
@@ -136,7 +129,10 @@ class _SweepFile:
             return self.list_value(option, key, node)
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, f"{key}: expected {_type_name(kind)}, got {_kind(node)}")
-        constructed = self.loader.construct_object(node)
+        try:
+            constructed = self.loader.construct_object(node)
+        except yaml.YAMLError as exc:
+            raise yaml_problem(self.path, exc) from None
         if option.option.parse is not None and isinstance(constructed, str):
             try:
                 return option.option.parse(constructed)
@@ -144,19 +140,21 @@ class _SweepFile:
                 raise self.fail(node, f"{key}: {exc}") from None
         if kind is bool:
             if not isinstance(constructed, bool):
-                raise self.fail(node, f"{key}: expected true or false, got {node.value!r}")
+                raise self.fail(node, f"{key}: expected true or false, got {shown(node.value)}")
             return constructed
         if kind is int:
             if isinstance(constructed, bool) or not isinstance(constructed, int):
-                raise self.fail(node, f"{key}: expected an integer, got {node.value!r}")
+                raise self.fail(node, f"{key}: expected an integer, got {shown(node.value)}")
             return constructed
         if kind is float:
             if isinstance(constructed, bool) or not isinstance(constructed, int | float):
-                raise self.fail(node, f"{key}: expected a number, got {node.value!r}")
+                raise self.fail(node, f"{key}: expected a number, got {shown(node.value)}")
+            if isinstance(constructed, int) and finite_number(constructed) is None:
+                raise self.fail(node, f"{key}: {shown(constructed)} is beyond a number's range")
             return float(constructed)
         if kind is str:
             if isinstance(constructed, bool):
-                raise self.fail(node, f"{key}: expected a string, got {node.value!r} (quote it)")
+                raise self.fail(node, f"{key}: expected a string, got {shown(node.value)} (quote it)")
             return node.value  # the text as written: `name: 2024` is the string '2024'
         raise self.fail(node, f"{key}: cannot be set from a sweep file")
 
@@ -188,12 +186,12 @@ class _SweepFile:
                 try:
                     values.append(int(text))
                 except ValueError:
-                    raise self.fail(item_node, f"{key}: expected integers, got {text!r}") from None
+                    raise self.fail(item_node, f"{key}: expected integers, got {shown(text)}") from None
             elif item_kind is float:
                 try:
                     values.append(float(text))
                 except ValueError:
-                    raise self.fail(item_node, f"{key}: expected numbers, got {text!r}") from None
+                    raise self.fail(item_node, f"{key}: expected numbers, got {shown(text)}") from None
             else:
                 values.append(text)
         return values
@@ -208,7 +206,7 @@ class _SweepFile:
                 hint = did_you_mean(key, list(TOP_LEVEL_KEYS))
                 if not hint and key in self.keys:
                     hint = " (settings go under defaults: or in a benchmark)"
-                raise self.fail(key_node, f"{key}: unknown top-level key{hint}; "
+                raise self.fail(key_node, f"{_key(key)}: unknown top-level key{hint}; "
                                           f"expected {', '.join(TOP_LEVEL_KEYS)}")
         defaults = self.entries(top["defaults"][1], "defaults", in_benchmark=False) \
             if "defaults" in top else {}
@@ -224,7 +222,7 @@ class _SweepFile:
             named = entries.get("name")
             if named is not None and named.value:
                 if named.value in names:
-                    raise self.fail(node, f"name: benchmark {named.value!r} is already on line "
+                    raise self.fail(node, f"name: benchmark {shown(named.value)} is already on line "
                                           f"{names[named.value]}")
                 names[named.value] = named.line
             configs.append(self.resolve_one(node, defaults, entries, overrides))
@@ -247,7 +245,7 @@ class _SweepFile:
                 if alone:
                     raise UsageError(f"{self.path}:{located.line}: {located.key}: {alone}") from None
             name = entries["name"].value if "name" in entries else ""
-            label = f"benchmark {name!r}" if name else "benchmark"
+            label = f"benchmark {shown(name)}" if name else "benchmark"
             raise self.fail(node, f"{label}: {problem}") from None
 
     def fails_alone(self, name: str, value: Any) -> str | None:
@@ -269,6 +267,11 @@ def _shipped_hint(path: Path) -> str:
     return f"; the shipped sweeps are {', '.join(names)}" if names else ""
 
 
+def _key(key: str) -> str:
+    """A key as a message shows it: as written when printable, else quoted ('\\n')."""
+    return key if key.isprintable() and key.strip() == key and key else shown(key)
+
+
 def _type_name(kind: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
 
@@ -278,4 +281,4 @@ def _kind(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return f"{node.value!r}"
+    return shown(node.value)

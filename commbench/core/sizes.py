@@ -5,6 +5,7 @@ K, M and G are powers of 1024 (KiB, MiB, GiB); a trailing B or iB is accepted.
 """
 
 import re
+from fractions import Fraction
 
 from commbench.errors import UsageError
 
@@ -18,8 +19,11 @@ def parse_size(text: str) -> int:
     if not match:
         raise UsageError(f"malformed size {text!r}: expected bytes such as 4096, 64K, 1M or 1G")
     number, unit = match.groups()
-    value = float(number) * _UNITS[unit.upper()]
-    if value != int(value):
+    try:
+        value = Fraction(number) * _UNITS[unit.upper()]  # exact: a float turns 400 digits into infinity
+    except ValueError:  # more digits than Python makes a number of
+        raise UsageError(f"size {text[:24]!r}...: too many digits") from None
+    if value.denominator != 1:
         raise UsageError(f"size {text!r} is not a whole number of bytes")
     return int(value)
 
@@ -73,6 +77,14 @@ def format_size(num_bytes: int) -> str:
         if num_bytes >= scale and num_bytes % scale == 0:
             return f"{num_bytes // scale} {unit}"
     return f"{num_bytes} B"
+
+
+def readable_size(num_bytes: int) -> str:
+    """A size as a reader takes it in: exact where a unit holds it whole (4 KiB, 1020 B), else to a
+    tenth of its unit (641.5 KiB, not 656896 B). Where exactness matters (a size rounded to fit a
+    collective: 4 KiB -> 4092 B), format_size."""
+    exact = format_size(num_bytes)
+    return exact if not exact.endswith(" B") or num_bytes < 1024 else approximate_size(num_bytes)
 
 
 def approximate_size(num_bytes: float) -> str:

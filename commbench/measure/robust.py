@@ -39,8 +39,11 @@ def _array(values: Iterable[float] | np.ndarray) -> np.ndarray:
 
 
 def _log_distance(values: np.ndarray, median: float) -> np.ndarray:
-    """ln(value / median) of every value, both floored."""
-    return np.log(np.maximum(values, FLOOR)) - math.log(max(median, FLOOR))
+    """ln(value / median) of every value, both floored. The ratio is taken first: a value equal to the
+    median is exactly 0 away (numpy's vectorised log and math.log may differ in the last bit, which put a
+    lone value 1e-16 from itself)."""
+    with np.errstate(over="ignore"):  # a ratio past 1e308 is infinitely far: inf, as it should be
+        return np.log(np.maximum(values, FLOOR) / max(median, FLOOR))
 
 
 def robust_spread(values: Iterable[float] | np.ndarray) -> tuple[float, float]:

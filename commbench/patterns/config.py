@@ -11,6 +11,7 @@ from commbench.config.launch import LaunchConfig, resolve_launch
 from commbench.config.options import check_options, option
 from commbench.core.dtypes import canonical_dtype
 from commbench.core.sizes import parse_size
+from commbench.core.untrusted import whole_number
 from commbench.errors import UsageError
 from commbench.patterns.models import ModelSpec, load_model
 from commbench.patterns.parallel import Mesh
@@ -109,7 +110,7 @@ def resolve_fsdp(config: FsdpConfig) -> FsdpConfig:
         raise UsageError(f"--check needs a power-of-two --predivide (got {config.predivide:g}) so that "
                          "every sum is exact whatever order the ranks add in")
     compute_size = str(config.compute_size).strip().lower()
-    if compute_size != "auto" and (not compute_size.isdigit() or int(compute_size) < 1):
+    if compute_size != "auto" and whole_number(compute_size, 1) is None:
         raise UsageError(f"--compute-size {config.compute_size!r}: give a matrix size such as 1024, or auto")
     return replace(config, launch=resolve_launch(config.launch), dtype=names["--dtype"],
                    param_dtype=names["--param-dtype"], reduce_dtype=names["--reduce-dtype"], buckets=buckets,

@@ -13,6 +13,7 @@ import torch
 from commbench.backends.base import Backend
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.core.dtypes import torch_dtype
+from commbench.core.sizes import approximate_size
 from commbench.core.words import plural
 from commbench.errors import failures_named
 from commbench.patterns.config import FSDP, FsdpConfig, resolve_fsdp  # noqa: F401 (the pattern's names)
@@ -174,7 +175,7 @@ def _estimate(config: FsdpConfig, backend: Backend, output: Output, session: Ses
 def _summary(setup: FsdpSetup, config: FsdpConfig) -> str:
     plan, reduction = setup.plan, setup.reduction
     model = plan.model
-    mib = model.numel * setup.state.param_shards.element_size() / 2**20
+    model_bytes = model.numel * setup.state.param_shards.element_size()
     cut = f" (first {model.layers_kept} of {model.layer_count} layers)" if model.layers_kept else ""
     regather = "re-gathered in backward" if config.reshard else "kept from forward (--no-reshard)"
     api = "list all_gather" if setup.options.gather_list else "flat APIs"
@@ -182,7 +183,8 @@ def _summary(setup: FsdpSetup, config: FsdpConfig) -> str:
         f", predivide {reduction.predivide:g}, postdivide {reduction.postdivide:g}"
     param_dtype, reduce_dtype = config.dtypes()
     return (f"fsdp{config.fsdp_version} {model.name}{cut}: {plural(len(plan.units), 'unit')}, "
-            f"{model.param_count} parameters, {model.numel:,} elements ({mib:,.1f} MiB {param_dtype}); at "
+            f"{model.param_count} parameters, {model.numel:,} elements "
+            f"({approximate_size(model_bytes)} {param_dtype}); at "
             f"{plural(plan.world_size, 'rank')} {plan.shard_numel:,} elements per rank, {plan.padding:,} of "
             f"padding; all-gathers in {param_dtype}, reduce-scatters in {reduce_dtype} "
             f"({reduction.op}{divide}); parameters {regather} (the root's always kept); {api}")

@@ -27,9 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from commbench.core.shipped import configs_dir, shipped_file
+from commbench.core.untrusted import INT64, load_yaml, present, shown
 from commbench.core.words import plural
 from commbench.errors import UsageError, did_you_mean
 
@@ -143,23 +142,15 @@ def load_model(spec: str, layers: int | None = None) -> ModelSpec:
     if layers is not None and layers < 1:
         raise UsageError(f"--layers {layers} must be at least 1")
     path = Path(spec)
-    if path.suffix not in (".yaml", ".yml") and not path.exists():
+    if path.suffix not in (".yaml", ".yml") and not present(path):
         presets = preset_names()
         if spec not in presets:
             raise UsageError(f"unknown model {spec!r}{did_you_mean(spec, presets)}: give a preset "
                              f"({', '.join(presets) or 'none found'}) or a YAML file of units")
         path = shipped_file(spec, "models") or path
-    if not path.is_file():
+    if not present(path):
         raise UsageError(f"model spec {spec}: no such file")
-    try:
-        document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        position = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise UsageError(f"{path}: not valid YAML{position}: {problem}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot be read ({exc})") from None
+    document = load_yaml(path, "model file")
     return parse_model(document, str(path), default_name=path.stem).cut(layers)
 
 
@@ -180,7 +171,7 @@ def parse_model(document: Any, source: str, default_name: str = "model") -> Mode
     seen: set[str] = set()
     for unit in units:
         if unit.name in seen:
-            raise UsageError(f"{source}: unit name {unit.name!r} appears twice")
+            raise UsageError(f"{source}: unit name {shown(unit.name)} appears twice")
         seen.add(unit.name)
     if any(unit.root for unit in units[1:]):
         raise UsageError(f"{source}: the root unit must come first (FSDP gathers the root before any block)")
@@ -201,8 +192,9 @@ def _parse_dims(raw: Any, source: str, layer_count: int) -> ModelDims:
             raise UsageError(f"{where}: {key!r} is missing (needed: {', '.join(_REQUIRED_DIMS)})")
     for key, value in raw.items():
         minimum = 1 if key in _REQUIRED_DIMS else 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise UsageError(f"{where}: {key} must be a whole number of at least {minimum}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value < INT64:
+            raise UsageError(f"{where}: {key} must be a whole number of at least {minimum} and below 2^63, "
+                             f"got {shown(value)}")
     dims = ModelDims(**raw)
     if layer_count and dims.layers != layer_count:
         raise UsageError(f"{where}: layers is {dims.layers} but the spec has {layer_count} layer units")
@@ -225,33 +217,41 @@ def _parse_unit(raw: Any, where: str) -> list[UnitSpec]:
     params = tuple(_parse_param(param_name, shape, where) for param_name, shape in params_raw.items())
     repeat, root = raw.get("repeat"), raw.get("root", False)
     if not isinstance(root, bool):
-        raise UsageError(f"{where}: 'root' must be true or false, got {root!r}")
+        raise UsageError(f"{where}: 'root' must be true or false, got {shown(root)}")
     if root and repeat is not None:
         raise UsageError(f"{where}: a root unit cannot repeat")
     if repeat is None:
         return [UnitSpec(name.strip(), params, root=root)]
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise UsageError(f"{where}: 'repeat' must be a whole number of at least 1, got {repeat!r}")
+        raise UsageError(f"{where}: 'repeat' must be a whole number of at least 1, got {shown(repeat)}")
     return [UnitSpec(f"{name.strip()}{index}", params, layer=True) for index in range(repeat)]
 
 
 def _parse_param(name: Any, shape: Any, where: str) -> ParamSpec:
     if not isinstance(name, str) or not name:
-        raise UsageError(f"{where}: parameter name {name!r} must be a string")
+        raise UsageError(f"{where}: parameter name {shown(name)} must be a string")
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = [shape]
     valid = isinstance(shape, list) and shape and all(
-        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 1 for dim in shape)
+        isinstance(dim, int) and not isinstance(dim, bool) and 1 <= dim < INT64 for dim in shape)
     if not valid:
-        raise UsageError(f"{where}: parameter {name!r}: shape must be a list of positive whole numbers, "
-                         f"got {shape!r}")
+        raise UsageError(f"{where}: parameter {shown(name)}: shape must be a list of positive whole numbers "
+                         f"(each below 2^63), got {_shape_text(shape)}")
     return ParamSpec(name, tuple(shape))
+
+
+def _shape_text(shape: Any) -> str:
+    """A shape as a message shows it: its dimensions when they are few and plain, else its kind."""
+    plain = all(isinstance(dim, int | float | str) for dim in shape) if isinstance(shape, list) else False
+    if plain and len(shape) <= 8:
+        return "[" + ", ".join(shown(dim, 24) for dim in shape) + "]"
+    return shown(shape)
 
 
 def _no_unknown_keys(mapping: dict, known: tuple[str, ...], where: str) -> None:
     for key in mapping:
         if key not in known:
-            raise UsageError(f"{where}: unknown key {key!r}{did_you_mean(str(key), list(known))}; "
+            raise UsageError(f"{where}: unknown key {shown(key)}{did_you_mean(str(key), list(known))}; "
                              f"expected {', '.join(known)}")
 
 

@@ -1,19 +1,19 @@
 """The baselines file (configs/baselines.yaml, shipped): link peaks, GPU models' NVLink generations, and
 named baselines of published bus bandwidths; and `--expect` files, which hold one baseline.
 
-Invariants: files are read with yaml.safe_load and checked here, so a bad file or an unknown name is a
-UsageError naming the file and the key before any process group starts; a loaded Baseline never
-changes. GB/s figures are 1e9 bytes per second in one direction, as busbw is.
+Invariants: files are read as untrusted (core/untrusted.py: plain YAML values) and checked here, so a
+bad file or an unknown name is a UsageError naming the file and the key before any process group
+starts; every number is finite; a loaded Baseline never changes. GB/s figures are 1e9 bytes per
+second in one direction, as busbw is.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from commbench.core.shipped import configs_dir
 from commbench.core.sizes import parse_size
+from commbench.core.untrusted import finite_number, load_yaml, present, shown
 from commbench.errors import UsageError, did_you_mean
 
 PASS_PCT = 90.0  # a row at or above this % of its expected busbw passes ...
@@ -105,22 +105,17 @@ def shipped_path() -> Path:
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such baselines file") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"{path}: not a readable YAML file ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())})") from None
+    data = load_yaml(path, "baselines file")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping at the top")
     return data
 
 
 def _number(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise UsageError(f"{path}: {where}: expected a number above 0, got {value!r}")
-    return float(value)
+    number = finite_number(value)
+    if number is None or number <= 0:
+        raise UsageError(f"{path}: {where}: expected a finite number above 0, got {shown(value)}")
+    return number
 
 
 def _size(path: Path, where: str, value: Any) -> int:
@@ -134,19 +129,28 @@ def _expectation(path: Path, where: str, entry: Any) -> Expectation:
     if not isinstance(entry, dict):
         raise UsageError(f"{path}: {where}: expected a mapping such as {{collective: all_reduce, "
                          "busbw_gbps: 100}}")
-    unknown = set(entry) - EXPECT_KEYS
+    unknown = sorted(map(str, set(entry) - EXPECT_KEYS))
     if unknown:
-        key = sorted(unknown)[0]
-        raise UsageError(f"{path}: {where}: unknown key {key!r}{did_you_mean(key, sorted(EXPECT_KEYS))}")
+        key = unknown[0]
+        raise UsageError(f"{path}: {where}: unknown key {shown(key)}{did_you_mean(key, sorted(EXPECT_KEYS))}")
     if "busbw_gbps" not in entry:
         raise UsageError(f"{path}: {where}: busbw_gbps is missing")
     collectives = entry.get("collective", ())
+    collectives = [collectives] if isinstance(collectives, str) else collectives
+    if not isinstance(collectives, list | tuple) or not all(isinstance(name, str) for name in collectives):
+        raise UsageError(f"{path}: {where}: collective: expected a name or a list of names, got "
+                         f"{shown(entry.get('collective'))}")
     world_size = entry.get("world_size")
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)):
-        raise UsageError(f"{path}: {where}: world_size: expected a whole number, got {world_size!r}")
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)
+                                   or not 1 <= world_size < 1 << 63):
+        raise UsageError(f"{path}: {where}: world_size: expected a whole number of at least 1, got "
+                         f"{shown(world_size)}")
+    for key in ("device", "backend", "dtype"):
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            raise UsageError(f"{path}: {where}: {key}: expected a name, got {shown(entry[key])}")
     return Expectation(
         busbw_gbps=_number(path, f"{where}: busbw_gbps", entry["busbw_gbps"]),
-        collectives=tuple([collectives] if isinstance(collectives, str) else collectives),
+        collectives=tuple(collectives),
         world_size=world_size, device=entry.get("device"), backend=entry.get("backend"),
         dtype=entry.get("dtype"), min_bytes=_size(path, f"{where}: min_size", entry.get("min_size", 0)),
         max_bytes=(None if entry.get("max_size") is None
@@ -170,24 +174,35 @@ def parse_baseline(path: Path, name: str, data: Any) -> Baseline:
 def load_baselines(path: Path | None = None) -> Baselines:
     path = path or shipped_path()
     data = _load_yaml(path)
+    kinds = {"links": dict, "gpu_models": list, "baselines": dict}
+    sections = {key: data.get(key) or kind() for key, kind in kinds.items()}
+    for key, kind in kinds.items():
+        if not isinstance(sections[key], kind):
+            raise UsageError(f"{path}: {key}: expected a {'mapping' if kind is dict else 'list'}, got "
+                             f"{shown(sections[key])}")
     links = {}
-    for name, entry in (data.get("links") or {}).items():
+    for name, entry in sections["links"].items():
         if not isinstance(entry, dict):
             raise UsageError(f"{path}: links: {name}: expected a mapping with gbps and source")
-        links[name] = Link(name, _number(path, f"links: {name}: gbps", entry.get("gbps")), entry.get("links"),
-                           str(entry.get("description", "")), str(entry.get("source", "")))
+        count = entry.get("links")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise UsageError(f"{path}: links: {name}: links: expected a whole number of at least 1, got "
+                             f"{shown(count)}")
+        links[str(name)] = Link(str(name), _number(path, f"links: {name}: gbps", entry.get("gbps")), count,
+                                str(entry.get("description", "")), str(entry.get("source", "")))
     models = tuple(GpuModel(str(entry["match"]), str(entry["link"]),
                             entry["links"] if isinstance(entry.get("links"), int) else None)
-                   for entry in data.get("gpu_models") or []
+                   for entry in sections["gpu_models"]
                    if isinstance(entry, dict) and "match" in entry and "link" in entry)
-    named = {name: parse_baseline(path, name, entry) for name, entry in (data.get("baselines") or {}).items()}
+    named = {str(name): parse_baseline(path, str(name), entry)
+             for name, entry in sections["baselines"].items()}
     return Baselines(links, models, named)
 
 
 def resolve_expect(spec: str) -> Baseline:
     """--expect: a YAML file holding one baseline, or the name of a shipped one."""
     path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
+    if path.suffix in (".yaml", ".yml") or present(path):
         return parse_baseline(path, "", _load_yaml(path))
     shipped = load_baselines().baselines
     if spec not in shipped:

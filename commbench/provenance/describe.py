@@ -6,55 +6,56 @@ absent or missing shows as such, never as an error.
 
 from typing import Any
 
+from commbench.core.untrusted import finite_number
 from commbench.core.words import plural
 
 GIB = 1024**3
 
 
 def cpu_text(record: dict[str, Any]) -> str:
-    cpu = record.get("cpu")
+    cpu = record_part(record, "cpu")
     if not cpu:
         return "CPU unknown"
-    return (f"{cpu.get('model') or 'CPU'} ({plural(cpu.get('sockets', 0), 'socket')}, "
-            f"{plural(cpu.get('cores', 0), 'core')}, {cpu.get('logical_cpus', 0)} CPUs)")
+    return (f"{_text(cpu.get('model')) or 'CPU'} ({plural(_count(cpu.get('sockets')), 'socket')}, "
+            f"{plural(_count(cpu.get('cores')), 'core')}, {_count(cpu.get('logical_cpus'))} CPUs)")
 
 
 def memory_text(record: dict[str, Any]) -> str:
-    total = (record.get("memory") or {}).get("total_bytes")
+    total = finite_number(record_part(record, "memory").get("total_bytes"))
     return "memory unknown" if total is None else f"{total / GIB:.1f} GiB"
 
 
 def gpu_text(record: dict[str, Any]) -> str:
-    gpus = record.get("gpus")
-    if gpus is None:
+    if not isinstance(record.get("gpus"), dict):
         return "GPUs unknown"
-    devices = gpus.get("devices") or []
+    devices = record_items(record_part(record, "gpus"), "devices")
     if not devices:
         return "no GPU"
-    names = sorted({device.get("name") or "GPU" for device in devices})
-    links = sorted({device.get("nvlink_links") for device in devices if device.get("nvlink_links")})
+    names = sorted({_text(device.get("name")) or "GPU" for device in devices})
+    links = sorted({_count(device.get("nvlink_links")) for device in devices} - {0})
     nvlink = f", NVLink x{'/'.join(map(str, links))}" if links else ""
     return f"{len(devices)} x {'/'.join(names)}{nvlink}"
 
 
 def network_text(record: dict[str, Any]) -> str:
     """Active InfiniBand/RoCE ports by rate, else the fastest physical interface that is up."""
-    ports = [port for port in record.get("infiniband") or [] if port.get("state") == "ACTIVE"]
+    ports = [port for port in record_items(record, "infiniband") if port.get("state") == "ACTIVE"]
     if ports:
-        rates = sorted({port.get("rate_gbps") or 0 for port in ports})
-        layers = "/".join(sorted({port.get("link_layer") or "IB" for port in ports}))
+        rates = sorted({finite_number(port.get("rate_gbps")) or 0.0 for port in ports})
+        layers = "/".join(sorted({_text(port.get("link_layer")) or "IB" for port in ports}))
         return f"{len(ports)} x {'/'.join(f'{rate:g}' for rate in rates)} Gb/s {layers}"
-    interfaces = [i for i in record.get("network") or [] if not i.get("virtual") and i.get("state") == "up"]
+    interfaces = [item for item in record_items(record, "network")
+                  if not item.get("virtual") and item.get("state") == "up"]
     if not interfaces:
         return "no network interface up" if "network" in record else "network unknown"
-    fastest = max(interfaces, key=lambda i: i.get("speed_mbps") or 0)
-    speed = fastest.get("speed_mbps")
-    return f"{fastest['name']} {speed / 1000:g} Gb/s" if speed else f"{fastest['name']} (speed unknown)"
+    fastest = max(interfaces, key=lambda i: finite_number(i.get("speed_mbps")) or 0.0)
+    speed, name = finite_number(fastest.get("speed_mbps")), _text(fastest.get("name"), "?")
+    return f"{name} {speed / 1000:g} Gb/s" if speed else f"{name} (speed unknown)"
 
 
 def host_line(record: dict[str, Any]) -> str:
     parts = [cpu_text(record), memory_text(record), gpu_text(record), network_text(record)]
-    missing = record.get("missing") or {}
+    missing = record_part(record, "missing")
     if missing:
         parts.append(f"not found: {', '.join(sorted(missing))}")
     return ", ".join(parts)
@@ -68,6 +69,27 @@ def hardware_summary(hardware: dict[str, dict[str, Any]]) -> str:
     parts = [f"{hosts[0]}: {line}" if len(hosts) == 1 else f"{len(hosts)} hosts ({', '.join(hosts)}): {line}"
              for line, hosts in by_line.items()]
     return "hardware: " + ("; ".join(parts) if parts else "not recorded")
+
+
+# A saved record's parts, read as untrusted: a part of another type than the writer gives reads as absent.
+def record_part(record: Any, key: str) -> dict[str, Any]:
+    """The mapping ``record[key]``; {} when absent or not a mapping."""
+    value = record.get(key) if isinstance(record, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def record_items(record: Any, key: str) -> list[dict[str, Any]]:
+    """The mappings in the list ``record[key]``; [] when absent or not a list."""
+    value = record.get(key) if isinstance(record, dict) else None
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
 
 
 def _section_lines(record: dict[str, Any]) -> list[str]:

@@ -8,7 +8,7 @@ before provenance existed (no hardware, no peak columns) give a short "not recor
 from html import escape
 from typing import Any
 
-from commbench.provenance.describe import cpu_text, gpu_text, memory_text, network_text
+from commbench.provenance.describe import cpu_text, gpu_text, memory_text, network_text, record_part
 from commbench.results.model import Row
 
 
@@ -26,22 +26,25 @@ def hardware_table_html(meta: dict[str, Any]) -> str:
         return "<p>hardware: not recorded (a run saved before commbench recorded it)</p>"
     rows = []
     for host, record in hardware.items():
-        software = record.get("software") or {}
+        software = record_part(record, "software")
         rows.append([host, cpu_text(record), memory_text(record),
-                     str((record.get("numa") or {}).get("nodes", "")), gpu_text(record),
-                     network_text(record),
-                     (record.get("os") or {}).get("kernel", ""),
-                     ", ".join((record.get("container") or {}).get("hints") or []),
+                     str(record_part(record, "numa").get("nodes", "")), gpu_text(record),
+                     network_text(record), str(record_part(record, "os").get("kernel", "")),
+                     ", ".join(map(str, _listed(record_part(record, "container").get("hints")))),
                      f"torch {software.get('torch', '?')}, cuda {software.get('cuda') or '-'}, "
                      f"nccl {software.get('nccl') or '-'}",
-                     "; ".join(f"{name}: {why}" for name, why in (record.get("missing") or {}).items())])
+                     "; ".join(f"{name}: {why}" for name, why in record_part(record, "missing").items())])
     columns = ["host", "CPU", "memory", "NUMA nodes", "GPUs", "network", "kernel", "container", "software",
                "not found"]
     parts = [_table("hardware by host", columns, rows)]
-    topologies = [(host, (record.get("gpus") or {}).get("topology")) for host, record in hardware.items()]
+    topologies = [(host, record_part(record, "gpus").get("topology")) for host, record in hardware.items()]
     parts += [f"<details><summary>GPU topology of {escape(host)}</summary>"
-              f"<pre>{escape(matrix)}</pre></details>" for host, matrix in topologies if matrix]
+              f"<pre>{escape(str(matrix))}</pre></details>" for host, matrix in topologies if matrix]
     return "".join(parts)
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _series_name(row: Row) -> str:

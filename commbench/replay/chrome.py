@@ -14,14 +14,16 @@ tensor list and the duration), and each assumed to run on the world group (said 
 """
 
 import bisect
+import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from commbench.core.untrusted import INT64, MAX_RECORDED_RANKS, finite_number, shown, whole_number
 from commbench.core.words import plural
 from commbench.errors import UsageError
-from commbench.replay.flight import DTYPE_NAMES, OPERATION_NAMES
+from commbench.recordings.flight import DTYPE_NAMES, OPERATION_NAMES
 from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace
 
 # The profiler's type names (c10's C++ names) -> commbench's dtype names.
@@ -62,12 +64,13 @@ C10D_OPS = {
     "c10d::recv_": C10dOp("recv", 0, True, peer_arg=2),
 }
 WORLD_GROUP = "0"  # torch names the default group '0'
+_LATEST_START_US = float(1 << 53)  # an event's start ('ts', microseconds) beyond which floats skip whole ones
 
 
 def recorded_rank(payload: dict) -> int | None:
     info = payload.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
-    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    return rank if type(rank) is int and 0 <= rank < MAX_RECORDED_RANKS else None
 
 
 def _events(path: Path, payload: dict) -> list[dict]:
@@ -76,8 +79,9 @@ def _events(path: Path, payload: dict) -> list[dict]:
         raise UsageError(f"{path}: 'traceEvents' is not a list: a corrupt profiler trace")
     found = []
     for event in events:
+        # a start that is not a finite number (NaN, a list) places the event nowhere: it is left out
         if isinstance(event, dict) and event.get("ph") == "X" and isinstance(event.get("name"), str) \
-                and isinstance(event.get("ts"), int | float):
+                and abs(finite_number(event.get("ts")) or math.inf) < _LATEST_START_US:
             found.append(event)
     return sorted(found, key=lambda event: event["ts"])
 
@@ -93,14 +97,20 @@ def _argument(event: dict, key: str, index: int) -> Any:
 
 
 def _as_shape(value: Any) -> Shape | None:
-    if isinstance(value, list) and all(isinstance(part, int) and part >= 0 for part in value):
+    if isinstance(value, list) and all(type(part) is int and 0 <= part < INT64 for part in value):
         return tuple(value)
     return None
 
 
-def _as_int(value: Any) -> int | None:
-    text = str(value).strip()
-    return int(text) if text.lstrip("-").isdigit() else None
+def _as_int(value: Any, below: int = INT64) -> int | None:
+    """A root, a peer (below MAX_RECORDED_RANKS) or an element count, given as a number or as text;
+    None for anything else."""
+    return whole_number(value, 0, below)
+
+
+def _duration(event: dict) -> float:
+    """An event's duration in microseconds; 0 where it gives none that is a finite number."""
+    return finite_number(event.get("dur")) or 0.0
 
 
 class BackendEvents:
@@ -134,7 +144,7 @@ def _top_level(events: list[dict]) -> list[dict]:
         thread = (event.get("pid"), event.get("tid"))
         if event["ts"] < ends.get(thread, float("-inf")):
             continue
-        ends[thread] = event["ts"] + float(event.get("dur") or 0)
+        ends[thread] = event["ts"] + _duration(event)
         kept.append(event)
     return kept
 
@@ -162,13 +172,14 @@ def _c10d_op(event: dict, rank: int, backend_events: BackendEvents, skipped: Cou
         PROFILER_DTYPES.get(str(_argument(event, "Input type", spec.tensor_arg)), "")
     if not dtype and matched is not None:
         dtype = PROFILER_DTYPES.get(str(_argument(matched, "Input type", 0)), "")
-    root = _as_int(_argument(event, "Concrete Inputs", spec.root_arg)) if spec.root_arg else None
-    peer = _as_int(_argument(event, "Concrete Inputs", spec.peer_arg)) if spec.peer_arg else None
+    root = _as_int(_argument(event, "Concrete Inputs", spec.root_arg), MAX_RECORDED_RANKS) if spec.root_arg \
+        else None
+    peer = _as_int(_argument(event, "Concrete Inputs", spec.peer_arg), MAX_RECORDED_RANKS) if spec.peer_arg \
+        else None
     if spec.name in P2P_OPS and peer is None:
         skipped[f"{event['name']} without a peer"] += 1
         return None
-    duration = float(matched["dur"]) if matched is not None and isinstance(matched.get("dur"), int | float) \
-        else None
+    duration = finite_number(matched.get("dur")) if matched is not None else None
     sizes = (shape,) if spec.name != "barrier" else ()
     return RecordedOp(rank=rank, name=spec.name, raw=event["name"], group=WORLD_GROUP, shape=shape,
                       dtype=dtype, input_sizes=sizes, output_sizes=sizes,
@@ -197,11 +208,13 @@ def _groups(payloads: dict[int, tuple[Path, dict]], world_size: int) -> dict[str
     groups: dict[str, RecordedGroup] = {}
     for _, payload in payloads.values():
         info = payload.get("distributedInfo")
-        for item in (info.get("pg_config") if isinstance(info, dict) else None) or []:
+        listed = info.get("pg_config") if isinstance(info, dict) else None
+        for item in listed if isinstance(listed, list) else []:
             if not isinstance(item, dict):
                 continue
             ranks = item.get("ranks")
-            if isinstance(ranks, list) and ranks and all(isinstance(r, int) for r in ranks):
+            if isinstance(ranks, list) and ranks and all(type(r) is int and 0 <= r < MAX_RECORDED_RANKS
+                                                         for r in ranks):
                 name = str(item.get("pg_name", ""))
                 groups[name] = RecordedGroup(name, str(item.get("pg_desc", "")), tuple(sorted(ranks)))
     groups.setdefault(WORLD_GROUP, RecordedGroup(WORLD_GROUP, "default_pg", tuple(range(world_size))))
@@ -213,9 +226,12 @@ def _world_size(payloads: dict[int, tuple[Path, dict]]) -> int:
     for path, payload in payloads.values():
         info = payload.get("distributedInfo")
         size = info.get("world_size") if isinstance(info, dict) else None
-        if not isinstance(size, int) or size < 1:
+        if size is None:
             raise UsageError(f"{path}: a profiler trace without distributedInfo.world_size: was the "
                              "process group initialised before profiling?")
+        if type(size) is not int or not 1 <= size <= MAX_RECORDED_RANKS:
+            raise UsageError(f"{path}: distributedInfo.world_size is {shown(size)}, not a whole number "
+                             f"from 1 to {MAX_RECORDED_RANKS:,}")
         sizes.add(size)
     if len(sizes) > 1:
         raise UsageError(f"the traces disagree on the world size ({', '.join(map(str, sorted(sizes)))}): "

@@ -7,16 +7,18 @@ input stops before any process group starts, and the ranks then check that they 
 """
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from commbench.config.launch import LaunchConfig, check_count, resolve_launch
 from commbench.config.options import check_options, option
 from commbench.core.words import plural
 from commbench.errors import UsageError
-from commbench.replay.loading import load_trace
+from commbench.replay.loading import expand, load_trace
 from commbench.replay.mapping import ReplayPlan, map_trace
 from commbench.replay.model import PATTERN, Trace
 from commbench.replay.validate import validate
 from commbench.replay.window import parse_selection, select
+from commbench.writers.paths import check_not_among, identities
 
 
 @dataclass(kw_only=True)
@@ -53,7 +55,16 @@ def resolve_replay(config: ReplayConfig) -> ReplayConfig:
     trace = load_selected(config)
     launch = resolve_launch(replace(config.launch, nproc=config.launch.nproc or trace.world_size))
     mapped_plan(trace, launch.nproc)
+    if config.record:
+        check_record_prefix(config.record, launch.nproc, expand(config.traces))
     return replace(config, launch=launch)
+
+
+def check_record_prefix(prefix: str, world_size: int, traces: list[Path]) -> None:
+    """UsageError when --record would write over one of the recording's own files (a prefix that
+    names the input: the replay would replace what it replays)."""
+    outputs = [Path(f"{prefix}{rank}{suffix}") for rank in range(world_size) for suffix in ("", ".json")]
+    check_not_among("--record", outputs, identities(traces))
 
 
 def mapped_plan(trace: Trace, world_size: int) -> ReplayPlan:

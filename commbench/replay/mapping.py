@@ -21,7 +21,7 @@ from functools import cached_property
 from commbench.core.dtypes import element_size
 from commbench.core.words import plural
 from commbench.measure.collectives import REGISTRY
-from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace, numel
+from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace, group_order, numel
 
 COLLECTIVE_OF = {
     "all_reduce": "all_reduce", "all_gather": "all_gather_base", "reduce_scatter": "reduce_scatter_base",
@@ -99,14 +99,10 @@ class ReplayPlan:
         return self._by_label[label]
 
 
-def _group_order(name: str) -> tuple:
-    return (not name.isdigit(), int(name) if name.isdigit() else 0, name)
-
-
 def _replica_groups(trace: Trace, world_size: int) -> dict[tuple[str, int], ReplayGroup]:
     replicas = math.ceil(world_size / trace.world_size)
     found: dict[tuple[str, int], ReplayGroup] = {}
-    for name in sorted(trace.groups, key=_group_order):
+    for name in sorted(trace.groups, key=group_order):
         recorded = trace.groups[name]
         for replica in range(replicas):
             members = tuple(rank + replica * trace.world_size for rank in recorded.ranks

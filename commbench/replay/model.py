@@ -9,6 +9,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
+from commbench.core.untrusted import whole_number
+
 # The operations commbench replays, by the name every loader normalises to.
 PATTERN = "replay"  # the pattern column of replay rows
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
@@ -115,3 +117,10 @@ class Trace:
 
 def describe_shapes(shapes: tuple[Shape, ...]) -> str:
     return "[" + ", ".join("[" + ", ".join(str(part) for part in shape) + "]" for shape in shapes) + "]"
+
+
+def group_order(name: str) -> tuple:
+    """Recorded groups by their names: numbered ones ('0', '1': torch's) first, by number, then the others
+    by name (a name is whatever the file says: '²' or 5,000 digits are names, not numbers)."""
+    number = whole_number(name, 0)
+    return (number is None, number or 0, name)

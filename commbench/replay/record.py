@@ -7,9 +7,7 @@ under torch.profiler and its chrome trace goes to PREFIX<rank>.json. Both load w
 like the originals. This module is the one place the replay reads torch's recorders.
 """
 
-import os
 import pickle
-import tempfile
 from pathlib import Path
 
 import torch
@@ -17,8 +15,9 @@ import torch
 from commbench.backends.base import Backend
 from commbench.errors import UsageError
 from commbench.measure.timing import make_timer
+from commbench.recordings.files import PROFILER, load_plain_pickle
 from commbench.replay.execute import GapClock, Step, run_pass
-from commbench.replay.loading import PROFILER, load_plain_pickle
+from commbench.writers.files import write_atomic
 
 
 def _flight_recorder_dump() -> dict:
@@ -30,14 +29,6 @@ def _flight_recorder_dump() -> dict:
 
 def _last_record_id(dump: dict) -> int:
     return max((entry.get("record_id", -1) for entry in dump.get("entries", [])), default=-1)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "wb") as out:
-        out.write(data)
-    os.replace(temporary, path)
 
 
 def record_pass(steps: list[Step], backend: Backend, prefix: str, input_format: str) -> Path:
@@ -60,5 +51,5 @@ def record_pass(steps: list[Step], backend: Backend, prefix: str, input_format: 
     dump = _flight_recorder_dump()
     dump["entries"] = [entry for entry in dump.get("entries", []) if entry.get("record_id", -1) > before]
     path = Path(f"{prefix}{backend.rank}")
-    _write_atomic(path, pickle.dumps(dump))
+    write_atomic(path, pickle.dumps(dump))
     return path

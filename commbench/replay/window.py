@@ -9,9 +9,10 @@ Validation afterwards drops any operation that the window left on only some memb
 
 from dataclasses import dataclass
 
+from commbench.core.untrusted import whole_number
 from commbench.core.words import plural
 from commbench.errors import UsageError
-from commbench.replay.model import P2P_OPS, RecordedOp, Trace
+from commbench.replay.model import P2P_OPS, RecordedOp, Trace, group_order
 
 LONGEST_STEP = 5000  # operations; longer blocks are not looked for (the search is quadratic)
 
@@ -35,10 +36,11 @@ def parse_selection(text: str) -> Selection:
         return Selection("all")
     kind, _, rest = value.partition(":")
     if kind == "seq":
-        first, _, last = rest.partition("-")
-        if first.isdigit() and last.isdigit() and int(first) <= int(last):
-            return Selection("seq", int(first), int(last))
-    elif kind == "last" and rest.isdigit() and int(rest) >= 1:
+        head, _, tail = rest.partition("-")
+        first, last = whole_number(head, 0), whole_number(tail, 0)
+        if first is not None and last is not None and first <= last:
+            return Selection("seq", first, last)
+    elif kind == "last" and whole_number(rest, 1) is not None:
         return Selection("last", int(rest))
     raise UsageError(f"--select {text!r}: give all, seq:A-B (sequence ids of the world group, A <= B) "
                      "or last:N (the last N steps, N >= 1)")
@@ -55,7 +57,7 @@ def select(trace: Trace, selection: Selection) -> Trace:
 def _world_group(trace: Trace) -> str:
     every = tuple(range(trace.world_size))
     found = sorted((name for name, group in trace.groups.items() if group.ranks == every),
-                   key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name))
+                   key=group_order)
     if not found:
         raise UsageError("--select seq:A-B counts sequence ids of a group of every rank, and this recording "
                          "has none; use --select last:N")

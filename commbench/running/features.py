@@ -16,13 +16,10 @@ no torch (work is deferred); the registry keeps registration order, which is the
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from commbench.config.launch import SOAK
 from commbench.results.kinds import ResultKind, register_kind
-
-if TYPE_CHECKING:
-    from commbench.running.rank import Work
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,9 @@ class Feature:
     summary: str  # the command's help (its first sentence is its line in the group's list)
     config: type  # a dataclass of declared options, nesting a LaunchConfig at `launch` when it starts ranks
     resolve: Callable[[Any], Any]  # the config checked and completed; UsageError on bad input, no torch
-    work: "Work | None" = None  # what each rank runs (running.launch.deferred); None: it starts no ranks
+    # what each rank runs (running.launch.deferred, a running.rank.Work: named loosely here, so that a
+    # feature that starts no ranks registers without importing the ranks' side); None: it starts none
+    work: Callable[..., Any] | None = None
     start: Callable[[Any], int] | None = None  # how a resolved config runs, when not launch([config], work)
     kinds: tuple[ResultKind, ...] = ()  # how its rows show, registered with it
     group: FeatureGroup | None = None

@@ -18,7 +18,7 @@ from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.errors import UsageError
 from commbench.running.launcher import detect
 from commbench.running.spawn import spawn_local
-from commbench.writers.paths import check_directory, check_file, held_files
+from commbench.writers.paths import check_directory, check_file, check_not_an_input, files_named, held_files
 
 if TYPE_CHECKING:
     from commbench.running.rank import Work
@@ -59,6 +59,7 @@ def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, 
         check_output_location(setup)
         announce_local_ranks(setup)
         with held_files(exact_files(setup)):  # the spawner holds them for its ranks (launcher "local")
+            warn_replaced(exact_files(setup))  # once they are this run's: a refused run replaces nothing
             return spawn_local(setup.argv, setup.nproc)
     if info.rank == 0:
         check_output_location(setup)
@@ -66,6 +67,8 @@ def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, 
 
     holds = info.rank == 0 and info.launcher != "local"
     with held_files(exact_files(setup) if holds else []):
+        if holds:  # (under our own spawner, the spawner said it)
+            warn_replaced(exact_files(setup))
         return run_rank(list(benchmarks), info, environ, work)
 
 
@@ -74,6 +77,18 @@ def exact_files(setup: LaunchConfig) -> list[tuple[str, Path]]:
     directory's name is new for every run."""
     return [(flag, Path(path)) for flag, path in (("--csv", setup.csv_path), ("--json", setup.json_path))
             if path]
+
+
+def replaced_files(exact: list[tuple[str, Path]]) -> list[str]:
+    """A warning for each result file named exactly that already holds something: the run replaces it
+    (an earlier run's rows, which a second `--csv r.csv` used to overwrite without a word)."""
+    return [f"commbench: warning: {flag} {path} already holds results: this run replaces them"
+            for flag, path in exact if path.is_file() and path.stat().st_size > 0]
+
+
+def warn_replaced(exact: list[tuple[str, Path]]) -> None:
+    for line in replaced_files(exact):
+        print(line, file=sys.stderr, flush=True)
 
 
 def announce_local_ranks(setup: LaunchConfig) -> None:
@@ -90,11 +105,23 @@ def announce_local_ranks(setup: LaunchConfig) -> None:
               file=sys.stderr, flush=True)
 
 
+# The options whose values are where output goes, not inputs (the inputs are the command line's other
+# files: a sweep file, --splits, --expect, --model, a recording's files).
+OUTPUT_OPTIONS = ("--json", "--csv", "--output-dir")
+
+
 def check_output_location(setup: LaunchConfig) -> None:
-    """UsageError, before any rank starts, when the results cannot be written where asked."""
+    """UsageError, before any rank starts, when the results cannot be written where asked: a place that
+    takes no file, a FIFO for the JSON (rewritten as it grows), both files the same, or a file the
+    command line names as an input."""
     exact = exact_files(setup)
     for flag, path in exact:
-        check_file(flag, path)
+        check_file(flag, path, "results.json" if flag == "--json" else "results", rewritten=flag == "--json")
+    if len(exact) == 2 and os.path.realpath(exact[0][1]) == os.path.realpath(exact[1][1]):
+        raise UsageError(f"--csv and --json both name {exact[0][1]}: give each its own file")
+    inputs = files_named(setup.argv, skip=OUTPUT_OPTIONS)
+    for flag, path in exact:
+        check_not_an_input(flag, path, inputs)
     if len(exact) < 2:  # a file not given exactly goes under --output-dir
         check_directory("--output-dir", Path(setup.output_dir))
 

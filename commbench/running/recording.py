@@ -8,6 +8,7 @@ interrupted) so a reader of results.json always knows.
 
 import platform
 import shlex
+import signal
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
@@ -50,12 +51,13 @@ def config_record(benchmark: Benchmark) -> dict[str, Any]:
 
 
 def build_meta(benchmarks: list[Benchmark], backend: Backend, hostnames: list[str],
-               environ: Mapping[str, str], plan: GroupPlan, launcher: str) -> RunMeta:
+               environ: Mapping[str, str], plan: GroupPlan, launcher: str, run_id: str | None = None
+               ) -> RunMeta:
     setup = benchmarks[0].launch
     import torch
 
     return RunMeta(
-        run_id=make_run_id(),
+        run_id=run_id or make_run_id(),
         started_at=now(),
         command=["commbench", *setup.argv],
         commbench_version=__version__,
@@ -74,11 +76,25 @@ def build_meta(benchmarks: list[Benchmark], backend: Backend, hostnames: list[st
     )
 
 
+def run_directory(setup: LaunchConfig, run_id: str) -> Path:
+    return Path(setup.output_dir) / run_id
+
+
 def result_paths(setup: LaunchConfig, run_id: str) -> tuple[Path, Path]:
-    run_dir = Path(setup.output_dir) / run_id
+    run_dir = run_directory(setup, run_id)
     csv_path = Path(setup.csv_path) if setup.csv_path else run_dir / "results.csv"
     json_path = Path(setup.json_path) if setup.json_path else run_dir / "results.json"
     return csv_path, json_path
+
+
+def launcher_status_note(launcher: str, signal_name: str) -> str:
+    """What the exit status after a signal will be where the launcher, not commbench, decides it: torchrun
+    exits 1 when a signal stops it, whatever its ranks return."""
+    if launcher != "torchrun":
+        return ""
+    status = 128 + signal.Signals[signal_name].value
+    return (f" (the ranks exit {status}; torchrun's own status after a signal is 1 by its rule: "
+            "results.json's meta.status says interrupted)")
 
 
 class Recording:
@@ -146,6 +162,9 @@ class Recording:
     def implementations_done(self, rows: list[Row]) -> None:
         self.reporter.implementations_done(rows)
 
+    def passes_done(self, rows: list[Row]) -> None:
+        self.reporter.passes_done(rows)
+
     def section(self, name: str, payload: dict) -> None:
         self.writer.set_section(name, payload)
 
@@ -170,6 +189,7 @@ class Recording:
         if self.table_rows:
             self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
         kept = plural(self.writer.row_count, "row")
-        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept")
+        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept"
+                           + launcher_status_note(self.writer.meta.launcher, signal_name))
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()

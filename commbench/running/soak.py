@@ -48,11 +48,15 @@ class StampedOutput:
     def note(self, text: str) -> None:
         self.inner.note(text)
 
-    def table_done(self, rows: Sequence[Row]) -> None:
-        self.inner.table_done(rows)
+    def table_done(self, rows: Sequence[Row]) -> None:  # each row with its pass, for the table's title
+        self.inner.table_done(rows.with_same(repeat=self.repeat) if isinstance(rows, RowBlock)
+                              else [replace(row, repeat=self.repeat) for row in rows])
 
     def implementations_done(self, rows: list[Row]) -> None:
         self.inner.implementations_done(rows)
+
+    def passes_done(self, rows: list[Row]) -> None:
+        self.inner.passes_done(rows)
 
     def plan(self, steps: int) -> None:
         self.inner.plan(steps)

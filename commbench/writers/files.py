@@ -1,22 +1,27 @@
 """How a run writes its files as rows arrive (reading them back: results/saved.py).
 
 Rows are written as measured: the CSV synced per row (per block of rows measured together, such as a
-fabric round's), the JSON rewritten atomically (temporary file, fsync, rename) per row up to
-JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for fits, sections and the end. A
-stopped run keeps every row it finished; no reader sees a half-written JSON. Each row's JSON text is made
-once, when it arrives, one row per line, and a block of rows measured together is one line of its
-columns (results.columns.RowBlock.saved: a fabric round's 2N rows share all but a few fields). The texts
-wait in a spool that moves from memory to an unnamed temporary file past SPOOL_IN_MEMORY bytes, and a
-rewrite copies them into the new JSON, which it writes a piece at a time (json_pieces): the writer holds
-no rows and makes no text of the whole file, so a full fabric pass's two million rows cost rank 0 no
-memory here (re-encoding every row each time cost seconds per size at thousands of ranks).
+fabric round's; a character device or a FIFO is written to, not synced), the JSON rewritten atomically
+(temporary file, fsync, rename: ``write_atomic``, which keeps the file's mode and never replaces a
+special file) per row up to JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for
+fits, sections and the end. A stopped run keeps every row it finished; no reader sees a half-written
+JSON. Each row's JSON text is made once, when it arrives, one row per line, and a block of rows measured
+together is one line of its columns (results.columns.RowBlock.saved: a fabric round's 2N rows share all
+but a few fields). The texts wait in a spool that moves from memory to an unnamed temporary file past
+SPOOL_IN_MEMORY bytes, and a rewrite copies them into the new JSON, which it writes a piece at a time
+(json_pieces): the writer holds no rows and makes no text of the whole file, so a full fabric pass's two
+million rows cost rank 0 no memory here (re-encoding every row each time cost seconds per size at
+thousands of ranks).
 """
 
 import csv
+import errno
 import json
 import math
 import os
+import secrets
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +31,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from commbench.core.untrusted import file_kind
+from commbench.errors import UsageError
 from commbench.results.columns import RowBlock
 from commbench.results.model import CSV_COLUMNS, Row, RunMeta
 
@@ -97,23 +104,84 @@ def _one_line(value: Any) -> str:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    write_atomic(path, lambda out: out.write(text.encode()))
+    """``text`` and a newline, in UTF-8, as ``write_atomic`` writes."""
+    write_atomic(path, (text + "\n").encode("utf-8"))
 
 
-def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    """``write(file)`` into a temporary file beside ``path``, then a newline, fsync, and the rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def write_atomic(path: Path, data: bytes | Callable[[IO[bytes]], object]) -> None:
+    """Replace what ``path`` holds with ``data`` (or what ``data(file)`` writes into the file, a piece at
+    a time) so that no reader sees half of it: a temporary file beside it, synced, renamed over it. The
+    file keeps its mode (its owner too, for root); a new one has 0666 less the umask, as any program's. A
+    path that is a symlink to a file replaces that file and keeps the link. A character device
+    (/dev/null) or a FIFO is written through, never replaced; another special file (a socket, a block
+    device) is a UsageError (writers/paths.check_file finds it before any work)."""
+    write = data if callable(data) else lambda out: out.write(data)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    found = _stat(target)
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        with open_output(target, binary=True) as out:
+            write(out)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = _temporary_beside(target)
     try:
         with os.fdopen(handle, "wb") as out:
             write(out)
-            out.write(b"\n")
             out.flush()
+            if found is not None:
+                os.fchmod(out.fileno(), stat.S_IMODE(found.st_mode))
+                if os.geteuid() == 0 and (found.st_uid, found.st_gid) != (os.getuid(), os.getgid()):
+                    os.fchown(out.fileno(), found.st_uid, found.st_gid)
             os.fsync(out.fileno())
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
+
+
+def open_output(path: Path, binary: bool = False) -> IO:
+    """``path`` opened for writing from its start, for a writer that streams (the CSV) or a special
+    file written through. A FIFO is opened without waiting: with no process reading it, a UsageError
+    says so instead of the command waiting forever; a socket or a block device is a UsageError too."""
+    found = _stat(path)
+    if found is not None and stat.S_ISFIFO(found.st_mode):
+        try:
+            handle = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                raise UsageError(f"{path}: no process reads this FIFO (named pipe): start its reader first, "
+                                 "or give a regular file") from None
+            raise
+        os.set_blocking(handle, True)  # a reader is there: write as a pipe is written, waiting for it
+    elif found is not None and not stat.S_ISREG(found.st_mode) and not stat.S_ISCHR(found.st_mode):
+        raise UsageError(f"{path} is {file_kind(found.st_mode)}: commbench writes to a regular file, a "
+                         "character device (/dev/null) or a FIFO")
+    else:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    return os.fdopen(handle, "wb") if binary else os.fdopen(handle, "w", encoding="utf-8", newline="")
+
+
+def can_sync(handle: int) -> bool:
+    """Whether fsync means anything for this open file (a regular one): a character device such as
+    /dev/null refuses it (EINVAL), and a pipe has nothing to sync."""
+    return stat.S_ISREG(os.fstat(handle).st_mode)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _temporary_beside(path: Path) -> tuple[int, Path]:
+    """A new file beside ``path``, created with 0666 so the umask applies (mkstemp makes 0600)."""
+    while True:
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), temporary
+        except FileExistsError:
+            continue
 
 
 class ResultWriter:
@@ -128,10 +196,14 @@ class ResultWriter:
         self.sections: dict[str, Any] = {}  # named parts beside the rows (fabric's matrices, suspects)
         self._json_due = 0.0  # time.monotonic() after which a new row rewrites the JSON
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        # each row's (each block's) JSON text, made once, joined by ",\n"; unnamed once on disk
-        self._texts = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY, dir=json_path.parent)
+        # each row's (each block's) JSON text, made once, joined by ",\n"; unnamed once on disk, beside the
+        # JSON when that is a regular file (not in /dev for /dev/null)
+        found = _stat(json_path)
+        spool_dir = json_path.parent if found is None or stat.S_ISREG(found.st_mode) else None
+        self._texts = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY, dir=spool_dir)
         csv_path.parent.mkdir(parents=True, exist_ok=True)
-        self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
+        self._csv_file = open_output(csv_path)  # held open for the run
+        self._csv_syncs = can_sync(self._csv_file.fileno())
         self._csv = csv.writer(self._csv_file)
         self._csv.writerow(CSV_COLUMNS)
         self._csv_file.flush()
@@ -153,7 +225,8 @@ class ResultWriter:
         self._texts.write(((",\n" if self.row_count else "") + text).encode())
         self.row_count += count
         self._csv_file.flush()
-        os.fsync(self._csv_file.fileno())
+        if self._csv_syncs:
+            os.fsync(self._csv_file.fileno())
         if self.row_count <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
             self._write_json()
 
@@ -194,6 +267,7 @@ class ResultWriter:
                     out.write(b"\n]")
                 else:
                     out.write(b"[]")
+            out.write(b"\n")
 
         write_atomic(self.json_path, write)
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))

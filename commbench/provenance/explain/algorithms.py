@@ -9,6 +9,7 @@ them; an algorithm the hardware or the environment rules out keeps its place wit
 from collections.abc import Callable
 from dataclasses import replace
 
+from commbench.core.untrusted import whole_number
 from commbench.provenance.baselines import Baselines
 from commbench.provenance.explain.bounds import (
     LOOPBACK_COPIES,
@@ -34,8 +35,8 @@ Model = Callable[[Scope, NcclEnv, Baselines], Bound]
 
 
 def _version(text: str) -> tuple[int, ...]:
-    digits = [int(part) for part in text.split("+")[0].split(".")[:3] if part.isdigit()]
-    return tuple(digits)
+    numbers = [whole_number(part, 0) for part in text.split("+")[0].split(".")[:3]]
+    return tuple(number for number in numbers if number is not None)
 
 
 def _inside(scope: Scope, env: NcclEnv, baselines: Baselines) -> tuple[Part | None, str]:
@@ -100,7 +101,7 @@ def tree(scope: Scope, env: NcclEnv, baselines: Baselines) -> Bound:
 
 
 def _nvls_wire(host: Host, ranks: int) -> tuple[Part | None, str]:
-    generation = int(host.link.name[-1]) if host.link and host.link.name[-1:].isdigit() else 0
+    generation = int(host.link.name[-1]) if host.link and host.link.name[-1:] in set("0123456789") else 0
     if generation < 4:
         return None, f"{host.name}: NVLink SHARP needs NVLink 4 or later ({host.gpu_model})"
     if not host.nvswitch:

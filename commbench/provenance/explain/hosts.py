@@ -109,7 +109,7 @@ def _switched(gpus: tuple[Gpu, ...], link: Link | None, topology: str) -> tuple[
             return True, f"topology: GPU pairs NV{max(pairs)}, every link through the switch"
         if max(pairs) * (len(gpus) - 1) <= full:
             return False, f"topology: GPU pairs NV{max(pairs)}, a direct mesh"
-    generation = int(link.name[-1]) if link and link.name[-1:].isdigit() else 0
+    generation = int(link.name[-1]) if link and link.name[-1:] in set("0123456789") else 0
     if len(gpus) >= SWITCHED_BOARD_GPUS and generation >= 4 and full:
         return True, f"{len(gpus)} GPUs of {link.name} on one board (HGX boards switch them)"  # type: ignore
     return None, "not known: no topology matrix of 3 or more GPUs recorded"

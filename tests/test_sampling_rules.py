@@ -1,0 +1,167 @@
+"""The sampler's rules (measure/sampling.py's docstring) on a real gloo group of one rank in this process:
+no process starts, so each rule is judged in milliseconds, and every call still goes through
+torch.distributed as on any rank (rank 0 decides and broadcasts). What only several ranks show (rank 0
+deciding for the others) is tests/test_sampling.py's, on real groups of two."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from commbench.backends.base import CollectiveArgs
+from commbench.backends.torch_dist import TorchDistBackend
+from commbench.measure.collectives import REGISTRY
+from commbench.measure.sampling import (
+    ASYNC_WINDOWS,
+    Interlude,
+    Sampled,
+    SamplingPolicy,
+    Split,
+    collect,
+    warm_up_for,
+    window_ops,
+)
+from commbench.measure.timing import BoundOp
+
+NO_LIMIT = 1 << 62
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    """A gloo group of one rank in this process, closed after the module's tests."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield TorchDistBackend("gloo", torch.device("cpu"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _op(backend: TorchDistBackend, delay: float = 0.0) -> BoundOp:
+    """An all_reduce of 64 floats, each op ``delay`` seconds longer."""
+    buffer = torch.zeros(64)
+    issue = REGISTRY["all_reduce"].issue
+
+    def slowed(backend: TorchDistBackend, args: CollectiveArgs) -> None:
+        if delay:
+            time.sleep(delay)
+        issue(backend, args)
+
+    return BoundOp(backend, CollectiveArgs(input=buffer, output=buffer), slowed)
+
+
+def _policy(**changes) -> SamplingPolicy:
+    values = dict(fixed_iters=None, time_per_size=60.0, min_iters=5, max_iters=1000, precision=0.05, warmup=5)
+    values.update(changes)
+    return SamplingPolicy(**values)
+
+
+def _samples(sampled: Sampled) -> int:
+    (seconds,) = sampled.per_rank_seconds  # one rank
+    assert len(sampled.per_rank_arrivals[0]) == len(seconds) == len(sampled.per_rank_host_seconds[0])
+    return len(seconds)
+
+
+def test_fixed_iters_time_exactly_that_many_ops_one_sample_each_in_sync_one_window_in_async(one_rank):
+    policy = _policy(fixed_iters=7, warmup=2)
+    op = _op(one_rank)
+    assert warm_up_for(op, policy, 0.25) == (2, 0.25)  # fixed: --warmup ops, the probe's time kept
+    sync = collect(op, "sync", policy, 0.25)
+    assert (sync.ops, _samples(sync)) == (7, 7)
+    op.args.async_op = True
+    window = collect(op, "async", policy, 0.25)
+    assert (window.ops, _samples(window)) == (7, 1)
+    assert all(value > 0 for value in sync.slowest + window.slowest)
+
+
+def test_an_interlude_cuts_the_timed_ops_into_regions_and_runs_between_them(one_rank):
+    op = _op(one_rank)
+    ran = []
+    interlude = Interlude(3, lambda: ran.append(len(ran)))
+    sync = collect(op, "sync", _policy(fixed_iters=7), 0.0, interlude=interlude)
+    assert (sync.ops, _samples(sync)) == (7, 7) and len(ran) == 2 and interlude.since == 1
+    interlude = Interlude(3, lambda: ran.append(len(ran)))
+    windows = collect(op, "async", _policy(fixed_iters=7), 0.0, interlude=interlude)
+    assert (windows.ops, _samples(windows)) == (7, 3)  # windows of 3, 3 and 1 ops
+    assert len(ran) == 4 and interlude.since == 1
+
+
+def test_the_memory_budget_caps_async_windows_only(one_rank):
+    op = _op(one_rank)
+    capped = collect(op, "async", _policy(fixed_iters=10), 0.0, max_window=4)
+    assert (capped.ops, _samples(capped)) == (10, 3)  # 4, 4 and 2 ops
+    sync = collect(op, "sync", _policy(fixed_iters=10), 0.0, max_window=4)
+    assert (sync.ops, _samples(sync)) == (10, 10)
+
+
+@pytest.mark.parametrize("changes, samples", [
+    (dict(), 6),  # the fewest with a median interval
+    (dict(min_iters=9), 9),  # --min-iters above that
+    (dict(max_iters=4), 4),  # an explicit --max-iters below it wins
+])
+def test_precise_enough_at_once_an_adaptive_row_takes_its_fewest_samples(one_rank, changes, samples):
+    sampled = collect(_op(one_rank), "sync", _policy(precision=10.0, **changes), 0.0)
+    assert (sampled.ops, _samples(sampled)) == (samples, samples)
+
+
+def test_never_precise_enough_an_adaptive_row_stops_at_max_iters(one_rank):
+    sampled = collect(_op(one_rank), "sync", _policy(precision=1e-12, max_iters=40), 0.0)
+    assert (sampled.ops, _samples(sampled)) == (40, 40)
+
+
+def test_never_precise_enough_an_adaptive_row_stops_when_its_time_is_spent(one_rank):
+    """2 ms ops and 0.1 s: no more than about 50 ops, and never fewer than the six an interval needs."""
+    sampled = collect(_op(one_rank, delay=0.002), "sync", _policy(precision=1e-12, time_per_size=0.1), 0.0)
+    assert 6 <= sampled.ops == _samples(sampled) <= 50
+    assert sum(sampled.slowest) <= 0.1 + 0.05  # at most one sample past the budget
+
+
+def test_adaptive_async_windows_hold_a_tenth_of_the_affordable_ops(one_rank):
+    op = _op(one_rank)
+    # 1 ms ops and 0.5 s afford 500: windows of 50, six of them (precise at once)
+    sampled = collect(op, "async", _policy(precision=10.0, time_per_size=0.5), 0.001)
+    assert (sampled.ops, _samples(sampled)) == (300, 6)
+    # never precise: --max-iters 60 is windows of 6, ten of them
+    sampled = collect(op, "async", _policy(precision=1e-12, max_iters=60), 0.0)
+    assert (sampled.ops, _samples(sampled)) == (60, 10)
+    capped = collect(op, "async", _policy(precision=10.0, time_per_size=0.5), 0.001, max_window=7)
+    assert (capped.ops, _samples(capped)) == (42, 6)
+    ran = []
+    checked = collect(op, "async", _policy(precision=10.0, time_per_size=0.5), 0.001,
+                      interlude=Interlude(5, lambda: ran.append(1)))
+    assert (checked.ops, _samples(checked)) == (30, 6) and len(ran) == 6
+
+
+def test_adaptive_warm_up_stops_at_once_for_a_slow_probe_and_after_a_steady_op(one_rank):
+    op = _op(one_rank, delay=0.001)
+    assert warm_up_for(op, _policy(time_per_size=0.5), 1.0) == (0, 1.0)  # the probe was warm-up enough
+    assert warm_up_for(op, _policy(warmup=0), 1e-6) == (0, 1e-6)
+    ran, latest = warm_up_for(op, _policy(warmup=3), 1e-6)
+    # an op of a millisecond or more is no faster than the probe's microsecond: steady after one
+    assert ran == 1 and latest >= 0.001
+
+
+def test_a_window_is_a_tenth_of_the_ops_the_time_affords_within_its_caps():
+    policy = _policy(time_per_size=0.5, max_iters=1000)
+    assert ASYNC_WINDOWS == 10
+    assert window_ops(policy, 0.001, NO_LIMIT) == 50
+    assert window_ops(policy, 0.0015, NO_LIMIT) == 34  # 333 affordable: a tenth, rounded up
+    assert window_ops(policy, 0.0, NO_LIMIT) == 100  # no time known: --max-iters affords
+    assert window_ops(policy, 0.0001, NO_LIMIT) == 100  # 5,000 affordable, --max-iters 1,000
+    assert window_ops(policy, 10.0, NO_LIMIT) == 1  # not one op affordable: still one
+    assert window_ops(policy, 0.001, 7) == 7
+
+
+def test_a_region_is_capped_by_the_interlude_and_in_async_by_the_memory_budget():
+    policy = _policy()
+    assert Split("sync", policy).largest() == NO_LIMIT
+    assert Split("sync", policy, Interlude(5, print)).largest() == 5
+    assert Split("sync", policy, None, 3).largest() == NO_LIMIT
+    assert Split("async", policy, None, 3).largest() == 3
+    assert Split("async", policy, Interlude(5, print), 8).largest() == 5
+    assert Split("async", policy, Interlude(5, print), 2).largest() == 2
+
+
+def test_a_sample_of_several_ranks_lasts_as_long_as_its_slowest():
+    sampled = Sampled([[1.0, 5.0], [3.0, 2.0]], 2)
+    assert sampled.slowest == [3.0, 5.0]
