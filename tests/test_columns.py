@@ -134,6 +134,24 @@ def test_a_block_written_to_results_json_reads_back_as_its_rows(tmp_path):
     assert load_run(tmp_path / "r.csv").rows[5].src_rank == rows[5].src_rank and writer.row_count == 40
 
 
+def test_a_block_that_would_copy_one_full_list_into_every_row_is_refused(tmp_path):
+    import json
+
+    from commbench.errors import UsageError
+
+    block = RowBlock.of([_row(index) for index in range(3)]).saved()
+    block["each"].pop("samples_us", None)
+    block["same"]["samples_us"] = [1.0] * 1000  # RowBlock writes a list there only when it is empty
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": 2, "meta": {}, "rows": [block]}))
+    try:
+        load_run(path)
+    except UsageError as error:
+        assert str(error).startswith(f"{path}: not a commbench results.json") and "samples_us" in str(error)
+    else:
+        raise AssertionError("the block loaded")
+
+
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=4)
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=6)
