@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from commbench.results.saved import load_run  # noqa: E402
 from tests.netns import NetnsCluster, realtime_refused, start_ranks, unavailable_reason, wait_all  # noqa: E402
 
 ARGS = ["fabric", "--size", "512K", "--iters", "6", "--timeout", "60"]
@@ -43,9 +44,9 @@ def one_run(slowed: bool, serial: bool, workdir: Path) -> dict:
     if any(code != 0 for code in codes):
         return {"failed": f"exit statuses {codes}: {results[0][2][-500:]}"}
     payload = json.loads(json_path.read_text())
-    rows = payload["rows"]
-    first = [row["elapsed_s"] for row in rows if row["phase"] != "recheck"]
-    again = [row["elapsed_s"] for row in rows if row["phase"] == "recheck"]
+    rows = load_run(json_path).rows  # a round's rows are one block of columns in the file
+    first = [row.elapsed_s for row in rows if row.phase != "recheck"]
+    again = [row.elapsed_s for row in rows if row.phase == "recheck"]
     notes = [line for line in results[0][1].splitlines() if line.startswith("note: confirmation ")]
     fabric = payload["fabric"]
     return {"pass_s": max(first), "confirm_s": max(again) - max(first) if again else 0.0,

@@ -93,17 +93,18 @@ def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_
     assert all("h1" in (hostnames[src], hostnames[dst]) for src, dst in slow_pairs), fabric["slow"]
     # and the host matrix shows it: every transfer in or out of h1 is slower than those between h0 and h2
     assert fabric["hosts"] == ["h0", "h1", "h2"]
-    matrix = fabric["host_bandwidth_gbps"]
-    through_h1 = [matrix[0][1], matrix[1][0], matrix[1][2], matrix[2][1]]
-    assert max(through_h1) * SLOW_FACTOR < min(matrix[0][2], matrix[2][0]), matrix
+    found = fabric["host_bandwidth_gbps"]  # the measured host pairs: [src][dst] is value
+    matrix = dict(zip(zip(found["src"], found["dst"], strict=True), found["value"], strict=True))
+    through_h1 = [matrix[0, 1], matrix[1, 0], matrix[1, 2], matrix[2, 1]]
+    assert max(through_h1) * SLOW_FACTOR < min(matrix[0, 2], matrix[2, 0]), matrix
     verdict = results[0][1]
     assert "verdict: 1 suspect" in verdict and "host h1: its 16 inter-node transfers" in verdict
     # confirmed before it was named: its 8 pairs measured twice more, every rank taking part
     out = " ".join(verdict.split())
     for number in (1, 2):
         assert f"confirmation {number} of at most 3: host h1: 8 pairs measured again" in out
-    again = [row for row in payload["rows"] if row["phase"] == "recheck"]
-    assert len(again) == 2 * 8 * 4 and all({2, 3} & {row["src_rank"], row["dst_rank"]} for row in again)
+    again = [row for row in load_run(tmp_path / "fabric.json").rows if row.phase == "recheck"]
+    assert len(again) == 2 * 8 * 4 and all({2, 3} & {row.src_rank, row.dst_rank} for row in again)
 
 
 def test_with_no_link_slowed_pass_after_pass_names_nobody(netns_cluster, tmp_path):

@@ -379,3 +379,51 @@ def test_reading_a_fabric_result_does_not_import_torch():
             "print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def _soak_rows(seed: int) -> tuple[list[Row], list[str]]:
+    """Passes of every pair (some left out), some pairs measured again (a recheck) with ties among the
+    values, and rows in any order: what the columnar pass over rows must read as the rule row by row."""
+    generator = random.Random(seed)
+    hostnames = _hosts(generator.choice([2, 3, 5]), generator.choice([1, 2]))
+    rows = []
+    for repeat in range(generator.choice([1, 2, 3, 4])):
+        for src in range(len(hostnames)):
+            for dst in set(range(len(hostnames))) - {src}:
+                for phase in ("concurrent", "recheck"):
+                    if generator.random() < (0.1 if phase == "concurrent" else 0.8):
+                        continue
+                    for collective in ("p2p_uni", "ping_pong"):
+                        gbps = generator.choice([1.0, 2.0, 2.0, generator.uniform(0.5, 9)])  # ties too
+                        row = _row(src, dst, gbps, repeat)
+                        row.collective, row.phase = collective, phase
+                        row.elapsed_s = None if generator.random() < 0.1 else row.elapsed_s
+                        rows.append(row)
+    generator.shuffle(rows)
+    return rows, hostnames
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_pass_over_columns_reads_the_rows_as_the_rule_row_by_row(seed):
+    import statistics
+
+    from commbench.fabric.matrices import measured_passes, pair_passes, row_value
+    from commbench.results.columns import RowBlock, RowColumns
+    from commbench.writers.files import readable_json
+
+    rows, hostnames = _soak_rows(seed)
+    by_rows = pair_passes(rows)  # each pass's better row, Row by Row
+    for collective, table in measured_passes(rows).items():
+        expected = by_rows[collective]
+        medians = table.medians(len(hostnames))
+        assert list(zip(medians.src.tolist(), medians.dst.tolist(), strict=True)) == list(expected)
+        assert medians.value.tolist() == [statistics.median(map(row_value, found))
+                                          for found in expected.values()]
+        assert table.repeat.tolist() == [row.repeat for found in expected.values() for row in found]
+        chosen = [row for found in expected.values() for row in found]
+        assert [rows[index] for index in table.row.tolist()] == chosen
+    kept = RowColumns()
+    for start in range(0, len(rows), 7):
+        kept.extend(RowBlock.of(rows[start:start + 7]))
+    assert readable_json(analyse(kept, hostnames, 2.0).to_dict()) == \
+        readable_json(analyse(rows, hostnames, 2.0).to_dict())

@@ -17,6 +17,7 @@ from commbench.errors import UsageError
 from commbench.results.frame import PASS_COLUMNS, ROW_COLUMNS, RUN_COLUMNS
 from commbench.results.model import CSV_COLUMNS, Row
 from commbench.results.saved import load_run
+from tests.dist_helpers import ROOT
 
 # What rows and metadata looked like before each of these fields existed (later fields of Row and RunMeta).
 LATER_ROW_FIELDS = ("samples", "time_us_p99", "time_us_stdev", "time_us_cv", "ci95_rel", "group_size",
@@ -165,3 +166,25 @@ def test_an_output_directory_holding_one_run_loads_as_that_run(two_runs, tmp_pat
     assert _one_line_usage_error(output_dir) == (
         f"{output_dir} holds 2 runs (20260101-000000-aaaaaa, 20260102-000000-bbbbbb): name one, or give the "
         f"glob '{output_dir / '*' / 'results.json'}' for all of them")
+
+
+def test_a_fabric_result_of_the_first_schema_loads_and_concludes_as_it_said():
+    """tests/data/fabric-schema1.json is kept from a real run (3 local ranks, --repeat 2) of commbench
+    before rows measured together were blocks of columns and the matrices their measured entries: every
+    row its own object, the matrices dense rank x rank lists."""
+    from commbench.fabric.kind import fabric_report_page, load_analysis
+
+    path = ROOT / "tests" / "data" / "fabric-schema1.json"
+    payload = json.loads(path.read_text())
+    assert payload["schema"] == 1 and isinstance(payload["fabric"]["bandwidth_gbps"][0], list)
+    run = load_run(path)
+    assert len(commbench.load(path)) == len(run.rows) == len(payload["rows"]) == 26
+    assert [asdict(row) for row in run.rows][3] == {f.name: payload["rows"][3].get(f.name, f.default)
+                                                    for f in fields(Row)}
+    analysis = load_analysis(run)
+    assert analysis.verdict_lines() == payload["fabric"]["verdict"]
+    for name in ("bandwidth_gbps", "latency_us", "host_bandwidth_gbps", "host_latency_us"):
+        assert getattr(analysis.matrices, name).dense() == payload["fabric"][name], name
+    assert [item.bandwidth_gbps for item in analysis.passes] == \
+        [item["median_bandwidth_gbps"] for item in payload["fabric"]["passes"]]
+    assert payload["fabric"]["verdict"][-1] in fabric_report_page([run], "no plots in this test")

@@ -203,13 +203,14 @@ def test_record_example_without_torchrun_says_how_to_run_it(tmp_path):
 
 
 def test_bench_scale_prints_every_step_at_every_world_with_its_growth_and_the_targets():
+    # run_script asserts exit status 0, which bench_scale gives only when no target it judged failed
     out = run_script("bench_scale.py", "--worlds", "8,16", "--sizes", "1K:2K", "--samples", "20",
                      "--full-fabric-up-to", "16", "--in-process")
     steps = re.findall(r"^(\S[^\n]*)\n((?:  N=[^\n]*\n)+)", out, re.MULTILINE)
     assert [name for name, _ in steps] == [
         "sweep", "load", "compare", "report", "fabric schedule", "fabric schedule --sample",
-        "fabric round rows", "fabric analysis full", "fabric analysis --sample", "fabric files --sample",
-        "replay map"]
+        "fabric round rows", "fabric analysis full", "fabric pass full", "fabric analysis --sample",
+        "fabric files --sample", "replay map"]
     for name, lines in steps:
         found = re.findall(rf"^  N=\s+(\d+)\s+({NUMBER}) s\s+({NUMBER}) MiB(.*)$", lines, re.MULTILINE)
         assert [int(world) for world, *_ in found] == [8, 16], (name, lines)
@@ -218,6 +219,9 @@ def test_bench_scale_prints_every_step_at_every_world_with_its_growth_and_the_ta
     assert "3 all_gathers (512 B from each rank)" in out
     judged_at = r"^\[not judged: 4096 ranks not run\] rank 0's own work per size at 16 ranks"
     assert re.search(judged_at, out, re.MULTILINE)
+    assert "[not judged] a full 1024-rank fabric pass on rank 0: not run at 1024 ranks" in out
+    # the whole pass ran as commbench fabric runs it: every row of every round kept, written and analysed
+    assert re.search(r"^  N=   16 .*\(rows 483, results\.json", steps[8][1], re.MULTILINE), steps[8][1]
     verdicts = re.findall(r"^\[(PASS|FAIL)\] .+: (?:time|memory) grows as N\^(-?[0-9.]+) from 8 to 16 ranks "
                           r"\(at most N(?:\^2)? log N: N\^([0-9.]+), \+0.25 for noise\)$", out, re.MULTILINE)
     assert verdicts

@@ -9,13 +9,17 @@ flaky link is for a person to read off the spikes and the figure). A host runnin
 it has usable CPUs is oversubscribed: it is said first, and nothing on it is named (its times include
 waits for a core). Computed from rows, host names and the hosts' CPU counts alone, the same way on rank
 0 during a run and on a saved file (plot, report; the CPU counts from meta.hardware); to_dict is the
-`fabric` part of results.json.
+`fabric` part of results.json (the matrices' entries as numpy arrays, which the writer writes as JSON
+lists). The rows are read a column at a time (results.columns.values_of), and a pass's rows picked out by
+position, so that a full pass's two million rows are never each built.
 """
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from commbench.core.groups import ranks_by_host
 from commbench.core.words import plural
@@ -25,14 +29,16 @@ from commbench.fabric.matrices import (
     BANDWIDTH_COLLECTIVE,
     INTER,
     INTRA,
+    KIND,
     LATENCY_COLLECTIVE,
     FabricMatrices,
+    Pair,
+    PairPasses,
     build_matrices,
     class_medians,
-    fabric_rows,
-    median_values,
+    measured_passes,
     node_results,
-    pair_passes,
+    pair_medians,
 )
 from commbench.fabric.outliers import (
     DEFAULT_SLOW_FACTOR,
@@ -44,8 +50,9 @@ from commbench.fabric.outliers import (
     find_suspects,
 )
 from commbench.measure.robust import BANDWIDTH, LATENCY, MAD_TO_SIGMA, SIGMAS, Metric
+from commbench.results.columns import rows_at, values_of
 from commbench.results.model import Row
-from commbench.results.passes import Spike
+from commbench.results.passes import MIN_PASSES, Spike
 
 Crowded = dict[str, tuple[int, int]]  # an oversubscribed host -> (its ranks, its usable CPUs)
 
@@ -111,8 +118,9 @@ class FabricAnalysis:
         matrices = self.matrices
         return {
             "hostnames": matrices.hostnames, "hosts": matrices.hosts,
-            "bandwidth_gbps": matrices.bandwidth_gbps, "latency_us": matrices.latency_us,
-            "host_bandwidth_gbps": matrices.host_bandwidth_gbps, "host_latency_us": matrices.host_latency_us,
+            "bandwidth_gbps": matrices.bandwidth_gbps.to_dict(), "latency_us": matrices.latency_us.to_dict(),
+            "host_bandwidth_gbps": matrices.host_bandwidth_gbps.to_dict(),
+            "host_latency_us": matrices.host_latency_us.to_dict(),
             "medians": self.medians,
             "all_reduce": [{"layout": node.layout, "host": node.host, "ranks": node.ranks,
                             "busbw_gbps": node.busbw_gbps, "time_us": node.time_us}
@@ -174,14 +182,15 @@ def usable_cpus_of(hardware: Any) -> dict[str, int]:
     return found
 
 
-def run_crowding(rows: list[Row], hostnames: list[str], hardware: Any) -> Crowded:
+def run_crowding(rows: Sequence[Row], hostnames: list[str], hardware: Any) -> Crowded:
     """A run's oversubscribed hosts, from its rows (CPU ranks only) and its meta.hardware."""
-    if not any(row.device == "cpu" for row in fabric_rows(rows)):
+    measured = (values_of(rows, "pattern") == KIND) & ~np.isnan(values_of(rows, "time_us_p50").astype(float))
+    if not (measured & (values_of(rows, "device") == "cpu")).any():
         return {}
     return crowded_hosts(hostnames, usable_cpus_of(hardware))
 
 
-def analyse(rows: list[Row], hostnames: list[str], slow_factor: float,
+def analyse(rows: Sequence[Row], hostnames: list[str], slow_factor: float,
             crowded: Crowded | None = None) -> FabricAnalysis:
     """The analysis of a run's rows; ``crowded``: its oversubscribed hosts (crowded_hosts)."""
     collecting = gc.isenabled()
@@ -193,48 +202,62 @@ def analyse(rows: list[Row], hostnames: list[str], slow_factor: float,
             gc.enable()
 
 
-def _analyse(rows: list[Row], hostnames: list[str], slow_factor: float, crowded: Crowded) -> FabricAnalysis:
-    passes = pair_passes(rows)  # the one pass over the rows: everything else works on the pairs
-    by_collective = {collective: median_values(passes.get(collective, {}))
-                     for collective in (BANDWIDTH_COLLECTIVE, LATENCY_COLLECTIVE)}
+def _analyse(rows: Sequence[Row], hostnames: list[str], slow_factor: float, crowded: Crowded
+             ) -> FabricAnalysis:
+    passes = measured_passes(rows)  # the one pass over the rows, a column at a time
+    by_collective = pair_medians(passes, len(hostnames))
     matrices = build_matrices(rows, hostnames, by_collective)
     values = {metric.name: by_collective[collective]
               for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY))}
     medians = {name: class_medians(found, hostnames) for name, found in values.items()}
     excused = frozenset(crowded)
     suspects, judged = find_suspects(values, hostnames, matrices.nodes, slow_factor, excused)
-    return FabricAnalysis(matrices, judged, suspects, pair_spikes(rows, slow_factor, passes),
+    return FabricAnalysis(matrices, judged, suspects, pair_spikes(rows, slow_factor, _repeated(rows, passes)),
                           pass_medians(rows, passes), medians, slow_factor,
                           _transients(rows, hostnames, slow_factor, excused), crowded)
 
 
-def suspects_of(rows: list[Row], hostnames: list[str], slow_factor: float,
+def suspects_of(rows: Sequence[Row], hostnames: list[str], slow_factor: float,
                 excused: frozenset[str] = frozenset()) -> list[Suspect]:
     """The suspects of one pass's rows (each measurement's value the best of its measurements)."""
-    passes = pair_passes(rows)
-    values = {metric.name: median_values(passes.get(collective, {}))
+    by_collective = pair_medians(measured_passes(rows), len(hostnames))
+    values = {metric.name: by_collective[collective]
               for collective, metric in ((BANDWIDTH_COLLECTIVE, BANDWIDTH), (LATENCY_COLLECTIVE, LATENCY))}
     return find_suspects(values, hostnames, node_results(rows), slow_factor, excused)[0]
 
 
-def _transients(rows: list[Row], hostnames: list[str], slow_factor: float,
+def _transients(rows: Sequence[Row], hostnames: list[str], slow_factor: float,
                 excused: frozenset[str]) -> list[Transient]:
     """Every pass's transients: the suspects of its first judgement (its rows but the confirmations')
     that the pass as a whole does not name."""
-    confirmed_passes = {row.repeat for row in rows if row.phase == RECHECK}
+    phase, repeat = values_of(rows, "phase"), values_of(rows, "repeat")
+    confirmed_passes = np.unique(repeat[phase == RECHECK]).tolist()
     if not confirmed_passes:
         return []
-    by_pass: dict[int, list[Row]] = {}
-    for row in fabric_rows(rows):
-        if row.repeat in confirmed_passes:
-            by_pass.setdefault(row.repeat, []).append(row)
+    fabric = values_of(rows, "pattern") == KIND
+    fabric &= ~np.isnan(values_of(rows, "time_us_p50").astype(float))
     found = []
-    for repeat, measured in sorted(by_pass.items()):
+    for one_pass in confirmed_passes:
+        mine = fabric & (repeat == one_pass)
+        measured = rows_at(rows, np.flatnonzero(mine))
         named = {suspect.name for suspect in suspects_of(measured, hostnames, slow_factor, excused)}
-        first_time = [row for row in measured if row.phase != RECHECK]
-        found += [transient(repeat, suspect, measured)
+        first_time = rows_at(rows, np.flatnonzero(mine & (phase != RECHECK)))
+        found += [transient(one_pass, suspect, measured)
                   for suspect in suspects_of(first_time, hostnames, slow_factor, excused)
                   if suspect.name not in named]
+    return found
+
+
+def _repeated(rows: Sequence[Row], passes: dict[str, PairPasses]) -> dict[str, dict[Pair, list[Row]]]:
+    """The pair directions measured in MIN_PASSES passes or more, with each pass's row: the only ones
+    the spike finder looks at (a single pass has none, so its rows are never each built)."""
+    found: dict[str, dict[Pair, list[Row]]] = {}
+    for collective, table in passes.items():
+        found[collective] = {
+            (int(table.src[start]), int(table.dst[start])): [rows[index] for index in
+                                                             table.row[start:start + count].tolist()]
+            for start, count in zip(table.starts.tolist(), table.counts().tolist(), strict=True)
+            if count >= MIN_PASSES}
     return found
 
 

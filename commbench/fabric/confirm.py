@@ -18,8 +18,10 @@ of each measurement to the median it was first judged against, never named. Comp
 """
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from commbench.core.words import plural
 from commbench.fabric.matrices import (
@@ -27,10 +29,10 @@ from commbench.fabric.matrices import (
     INTRA,
     LATENCY_COLLECTIVE,
     NODE_COLLECTIVE,
-    row_value,
 )
 from commbench.fabric.outliers import Basis, Suspect
 from commbench.measure.robust import BANDWIDTH, LATENCY, relative
+from commbench.results.columns import values_of
 from commbench.results.model import Row
 
 RECHECK = "recheck"  # the phase of every row a confirmation measures
@@ -41,18 +43,38 @@ COLLECTIVE_OF = {BANDWIDTH.name: BANDWIDTH_COLLECTIVE, LATENCY.name: LATENCY_COL
 Key = tuple[str, int, int] | tuple[str, str]  # (collective, src, dst) of a pair, (all_reduce, host) of a node
 
 
-def measured_series(rows: Iterable[Row]) -> dict[Key, list[float]]:
-    """Each measurement's values in a pass's rows, in the order measured: pairs by (collective, src, dst),
-    hosts' intra-node all_reduces by (all_reduce, host)."""
+def measured_series(rows: Sequence[Row], keys: Iterable[Key]) -> dict[Key, list[float]]:
+    """The values of the measurements ``keys`` names in a pass's rows, in the order measured: pairs by
+    (collective, src, dst), hosts' intra-node all_reduces by (all_reduce, host). The rows are read a
+    column at a time (values_of): a full pass has two million, and its suspects rest on a few thousand."""
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    collectives = values_of(rows, "collective")
+    src, dst = (np.nan_to_num(values_of(rows, name).astype(np.float64), nan=-1).astype(np.int64)
+                for name in ("src_rank", "dst_rank"))
+    width = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+    chosen = np.zeros(len(collectives), dtype=bool)
+    for collective in {key[0] for key in wanted if len(key) == 3}:
+        codes = [key[1] * width + key[2] for key in wanted if len(key) == 3 and key[0] == collective]
+        chosen |= (collectives == collective) & (src >= 0) & (dst >= 0) & np.isin(src * width + dst, codes)
+    hosts = [key[1] for key in wanted if len(key) == 2]
+    if hosts:
+        chosen |= (collectives == NODE_COLLECTIVE) & (values_of(rows, "group_layout") == INTRA) \
+            & np.isin(values_of(rows, "host"), hosts) & (src < 0)
+    positions = np.flatnonzero(chosen)
+    found = {name: values_of(rows, name)[positions] for name in ("algbw_gbps", "busbw_gbps", "time_us_p50",
+                                                                     "host")}
     series: dict[Key, list[float]] = {}
-    for row in rows:
-        if row.src_rank is not None and row.dst_rank is not None:
-            key: Key = (row.collective, row.src_rank, row.dst_rank)
-        elif row.collective == NODE_COLLECTIVE and row.group_layout == INTRA:
-            key = (NODE_COLLECTIVE, row.host)
-        else:
-            continue
-        series.setdefault(key, []).append(row_value(row))
+    for offset, position in enumerate(positions.tolist()):
+        collective = collectives[position]
+        key: Key = (collective, int(src[position]), int(dst[position])) if src[position] >= 0 \
+            else (NODE_COLLECTIVE, found["host"][offset])
+        if key in wanted:
+            column = {BANDWIDTH_COLLECTIVE: "algbw_gbps", NODE_COLLECTIVE: "busbw_gbps"}.get(collective,
+                                                                                           "time_us_p50")
+            value = float(found[column][offset])
+            series.setdefault(key, []).append(0.0 if value != value else value)  # row_value: None is 0
     return series
 
 
@@ -85,10 +107,11 @@ class ConfirmationPlan:
                 f"{' and '.join(parts)} measured again")
 
 
-def plan_confirmation(suspects: list[Suspect], rows: Iterable[Row]) -> ConfirmationPlan:
+def plan_confirmation(suspects: list[Suspect], rows: Sequence[Row]) -> ConfirmationPlan:
     """What to measure again for the suspects of a pass judged on ``rows`` (its rows so far): those whose
     measurements were taken fewer than SLOW_IN times. An empty plan: nothing is left to confirm."""
-    series = measured_series(rows)
+    series = measured_series(rows, (key for suspect in suspects for basis in suspect.bases
+                                    for key in basis_keys(basis)))
     pending = [suspect for suspect in suspects if times_measured(suspect, series) < SLOW_IN]
     pairs = {(min(src, dst), max(src, dst)) for suspect in pending for basis in suspect.bases
              for src, dst in basis.pairs}
@@ -140,9 +163,9 @@ def _what(basis: Basis) -> str:
     return basis.metric.name
 
 
-def transient(repeat: int, suspect: Suspect, rows: Iterable[Row]) -> Transient:
+def transient(repeat: int, suspect: Suspect, rows: Sequence[Row]) -> Transient:
     """``suspect``, cleared in pass ``repeat`` whose rows are ``rows``: each basis's ratio every time."""
-    series = measured_series(rows)
+    series = measured_series(rows, (key for basis in suspect.bases for key in basis_keys(basis)))
     measured = []
     for basis in suspect.bases:
         found = [series.get(key, []) for key in basis_keys(basis)]

@@ -8,13 +8,17 @@ median over the passes, and so the matrix, looks fine.
 Drift: per pass, the median bandwidth over all pairs; its change from the first pass to the last.
 """
 
-import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from commbench.fabric.matrices import (
     BANDWIDTH_COLLECTIVE,
     LATENCY_COLLECTIVE,
     Pair,
+    PairPasses,
+    measured_passes,
     pair_passes,
     row_value,
 )
@@ -64,17 +68,21 @@ class PassMedian:
     bandwidth_gbps: float
 
 
-def pass_medians(rows: list[Row], passes: dict[str, dict[Pair, list[Row]]] | None = None) -> list[PassMedian]:
-    """Per pass, the median bandwidth over every pair direction measured in it."""
-    passes = pair_passes(rows) if passes is None else passes
-    measured = [row for series in passes.get(BANDWIDTH_COLLECTIVE, {}).values() for row in series]
-    repeats = {row.repeat for row in measured}
-    by_pass: dict[int, list[Row]] = {repeats.pop(): measured} if len(repeats) == 1 else {}
-    for row in measured if not by_pass else ():
-        by_pass.setdefault(row.repeat, []).append(row)
-    return [PassMedian(repeat, max((row.elapsed_s for row in found if row.elapsed_s is not None),
-                                   default=None), statistics.median(row_value(row) for row in found))
-            for repeat, found in sorted(by_pass.items())]
+def pass_medians(rows: Sequence[Row], passes: Mapping[str, PairPasses] | None = None) -> list[PassMedian]:
+    """Per pass, the median bandwidth over every pair direction measured in it (``passes``:
+    measured_passes(rows), when the caller has it)."""
+    passes = measured_passes(rows) if passes is None else passes
+    bandwidth = passes.get(BANDWIDTH_COLLECTIVE)
+    if bandwidth is None:
+        return []
+    medians = []
+    for repeat in np.unique(bandwidth.repeat).tolist():
+        chosen = bandwidth.repeat == repeat
+        elapsed = bandwidth.elapsed_s[chosen]
+        elapsed = elapsed[~np.isnan(elapsed)]
+        medians.append(PassMedian(repeat, float(elapsed.max()) if elapsed.size else None,
+                                  float(np.median(bandwidth.value[chosen]))))
+    return medians
 
 
 def drift_line(medians: list[PassMedian]) -> str | None:

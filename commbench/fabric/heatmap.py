@@ -8,8 +8,9 @@ per-pass median in black, and the pairs with spikes in colour, so a flaky link s
 fabric's drift.
 """
 
-import math
 from typing import Any
+
+import numpy as np
 
 from commbench.core.groups import ranks_by_host
 from commbench.fabric.analysis import FabricAnalysis
@@ -31,19 +32,18 @@ def _host_spans(hostnames: list[str]) -> list[tuple[str, int, int]]:
     return spans
 
 
-def _colour_top(grid: list[list[float]]) -> float:
+def _colour_top(grid: np.ndarray) -> float:
     """The value the colour scale ends at; it starts at 0, so colour is proportional to the value: 1.57
     and 1.605 GB/s look alike, and a link at half the others' bandwidth is half as bright (a scale
     stretched over min..max would paint a 2% difference from one end of the colours to the other)."""
-    values = [value for line in grid for value in line if not math.isnan(value)]
-    return max(values) if values and max(values) > 0 else 1.0
+    measured = grid[~np.isnan(grid)]
+    return float(measured.max()) if measured.size and measured.max() > 0 else 1.0
 
 
 def _matrix_panel(axes: Any, figure: Any, analysis: FabricAnalysis, metric: Metric) -> None:
     matrices = analysis.matrices
     order = matrices.ranks_by_host_order()
-    source = matrices.bandwidth_gbps if metric is BANDWIDTH else matrices.latency_us
-    grid = [[math.nan if source[src][dst] is None else source[src][dst] for dst in order] for src in order]
+    grid = (matrices.bandwidth_gbps if metric is BANDWIDTH else matrices.latency_us).grid(order)
     image = axes.imshow(grid, cmap="viridis" if metric.higher_is_better else "viridis_r",
                         interpolation="nearest", vmin=0, vmax=_colour_top(grid))
     figure.colorbar(image, ax=axes, shrink=0.8, label=f"{metric.name} ({metric.unit})")

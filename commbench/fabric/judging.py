@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commbench.fabric.matrices import INTER, INTRA
+from commbench.fabric.matrices import INTER, INTRA, PairValues
 from commbench.measure.robust import Metric, gap_factor, relative, robust_spread, slow_mask
 
 MIN_JUDGED = 3  # fewer peers than this: nothing is judged
@@ -32,14 +32,13 @@ class Measurements:
     hosts: list[str]
 
     @classmethod
-    def of(cls, values: Values, hostnames: list[str]) -> "Measurements":
+    def of(cls, values: Values | PairValues, hostnames: list[str]) -> "Measurements":
         hosts = list(dict.fromkeys(hostnames))
         number = {host: index for index, host in enumerate(hosts)}
         host_of = np.array([number[host] for host in hostnames], dtype=np.int64)
-        pairs = np.array(list(values), dtype=np.int64).reshape(-1, 2)
-        src, dst = pairs[:, 0], pairs[:, 1]
-        value = np.fromiter(values.values(), dtype=np.float64, count=len(values))
-        return cls(src, dst, value, host_of[src] != host_of[dst], host_of, hosts)
+        pairs = PairValues.of(values, len(hostnames))
+        src, dst = pairs.src, pairs.dst
+        return cls(src, dst, pairs.value, host_of[src] != host_of[dst], host_of, hosts)
 
     def touching(self, ranks: set[int]) -> np.ndarray:
         """Which measurements have an end among ``ranks``."""

@@ -7,6 +7,7 @@ recomputed from its rows and host names (commbench.fabric.analysis), never read 
 host list first, since a file from elsewhere is not to be trusted.
 """
 
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -81,10 +82,10 @@ def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -
     return page("commbench fabric report", parts)
 
 
-def print_live_fabric(console: Console, rows: list[Row], run: LiveRun) -> None:
+def print_live_fabric(console: Console, rows: Sequence[Row], run: LiveRun) -> None:
     print_fabric_rows(console, rows, run.hostnames, run.config, run.hardware)
 
 
 # registered with the fabric feature (command.py)
 FABRIC = ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric, report_page=fabric_report_page,
-                    compares_alone=True)
+                    compares_alone=True, fitted=False)

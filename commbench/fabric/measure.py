@@ -13,8 +13,8 @@ scheduler.
 A rank without a pair (a bye, or waiting its turn) issues nothing. After the round, every rank's times
 are gathered; a sample of a pair is the slower of its two ranks' times for that message (the transfer is
 over when both sides are done), and a latency sample is half of that round trip. Only rank 0 builds and
-keeps the round's rows (2N of them; 2N(N-1) a pass): it records them and draws the conclusions, which it
-sends to the others (run.py). Rows are built by
+keeps the round's rows (2N of them; 2N(N-1) a pass), as a block of columns: it records them and draws
+the conclusions, which it sends to the others (run.py). Rows are built by
 rows.make_row from the measuring ranks' samples (the pair's, src_rank first; a node group's, in rank
 order), so they carry every row's statistics and provenance columns; a fabric row's rank_mean_us is
 therefore by position in that list, not by world rank. Nothing inside a timed region allocates: the
@@ -38,6 +38,7 @@ from commbench.fabric.schedule import Round, Schedule
 from commbench.measure.collectives import REGISTRY
 from commbench.measure.sampling import Sampled
 from commbench.measure.timing import BoundOp, time_sync, warm_up
+from commbench.results.columns import RowBlock, RowColumns
 from commbench.results.model import Row
 from commbench.results.rows import make_row
 from commbench.running.runner import Session
@@ -259,10 +260,11 @@ def measure_nodes(ctx: FabricContext, output: Output, phase: str) -> list[Row]:
     return rows
 
 
-def measure_rounds(ctx: FabricContext, rounds: tuple[Round, ...], output: Output, phase: str) -> list[Row]:
-    """Every round, its rows reaching ``output`` as soon as the round is over; ``phase`` goes in the
-    rows (concurrent, serial, or recheck)."""
-    backend, config, rows = ctx.backend, ctx.config, []
+def measure_rounds(ctx: FabricContext, rounds: tuple[Round, ...], output: Output, phase: str) -> RowColumns:
+    """Every round, its rows reaching ``output`` as soon as the round is over, as one block of columns
+    (results/columns.py: 2N rows that differ in a few fields); ``phase`` goes in the rows (concurrent,
+    serial, or recheck)."""
+    backend, config, rows = ctx.backend, ctx.config, RowColumns()
     for index, one in enumerate(rounds):
         label = f"fabric {phase} round {index + 1} of {len(rounds)}"
         _check_in(ctx, label)
@@ -272,7 +274,7 @@ def measure_rounds(ctx: FabricContext, rounds: tuple[Round, ...], output: Output
         with failures_named(lambda: what):  # noqa: B023 - used at once
             per_rank = backend.all_gather_array(time_round(ctx, one))
         if backend.rank == 0:  # rank 0 records and concludes: the others keep none of the 2N(N-1) rows
-            measured = round_rows(ctx, one, per_rank, phase)
+            measured = RowBlock.of(round_rows(ctx, one, per_rank, phase))
             output.batch(measured)  # one sync for the round's rows (a sync each took seconds)
             rows.extend(measured)
     return rows

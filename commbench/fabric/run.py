@@ -3,15 +3,18 @@
 Every rank measures and gathers every other rank's times; rank 0 alone builds the rows, records them
 and analyses them, and its conclusions (what to confirm, the suspects) are broadcast, so all confirm
 together (fabric/confirm.py) and exit with one status (the other ranks keep no rows: a full pass has
-2N(N-1)). The
+2N(N-1), which rank 0 keeps as blocks of columns, results/columns.py, shared by the pass, the soak and
+the console). The
 `fabric` part of results.json is rewritten after every pass, so an interrupted soak leaves the analysis
 of the passes it finished; once every row is in, the run is one table (Output.table_done), which the
 console shows as the matrices and the verdict (fabric.tables; an interrupted run shows those of the
 rows so far).
 """
 
+import ctypes
 import os
 import sys
+from collections.abc import Sequence
 from functools import partial
 
 from commbench.backends.base import Backend
@@ -29,6 +32,7 @@ from commbench.fabric.measure import (
     node_groups,
 )
 from commbench.fabric.schedule import make_schedule
+from commbench.results.columns import RowColumns
 from commbench.results.model import Row
 from commbench.running.runner import Session
 from commbench.running.soak import repeat_until
@@ -53,10 +57,12 @@ def soak_text(duration_s: float | None, passes: int | None) -> str:
 
 
 def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, session: Session,
-               outcome: Outcome | None = None) -> list[Row]:
+               outcome: Outcome | None = None) -> Sequence[Row]:
     """The work launch runs on every rank (commbench.running.launch.Work); every row, stamped."""
     (config,) = configs
     hostnames = list(session.hostnames)
+    if backend.rank == 0:
+        _steady_mmap_threshold()
     buffers = allocate_buffers(backend, config, hostnames)
     schedule = make_schedule(hostnames, config.sample)
     ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
@@ -68,7 +74,7 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     if config.launch.duration_s is None and config.launch.passes is None:
         output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
 
-    def publish(rows: list[Row]) -> None:
+    def publish(rows: Sequence[Row]) -> None:
         if backend.rank == 0:
             output.section(FABRIC.name, analyse(rows, hostnames, config.slow_factor, ctx.crowded).to_dict())
 
@@ -82,6 +88,24 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     if analysis is not None:
         _fail_on_outlier_line(config, analysis)
     return rows
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+MMAP_THRESHOLD_BYTES = 128 * 1024  # its default, at which it stays
+
+
+def _steady_mmap_threshold() -> None:
+    """Keep glibc's mmap threshold where it starts. glibc raises it each time a block it mapped is freed,
+    after which blocks of up to that size come from the heap; rank 0 frees a round's texts and lists of a
+    megabyte or more among the small arrays it keeps of every round, and the heap fragmented: a whole
+    1,024-rank pass held 1.0 GiB where 0.6 would do (bench_scale; half again at 256 ranks). A fixed
+    threshold maps every large block and returns it when freed. Nothing where the C library has no
+    mallopt."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 def _usable_cpus(backend: Backend, hostnames: list[str]) -> dict[str, int]:
@@ -99,11 +123,11 @@ def _usable_cpus(backend: Backend, hostnames: list[str]) -> dict[str, int]:
     return found
 
 
-def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
+def fabric_pass(ctx: FabricContext, output: Output) -> RowColumns:
     """One pass: the schedule's rounds and the node all_reduces; then the confirmations of what they
     found slow (fabric/confirm.py): one measurement can be disturbed by anything else on the machine."""
     rows = measure_rounds(ctx, ctx.schedule.rounds, output, ctx.phase)
-    rows += measure_nodes(ctx, output, ctx.phase)
+    rows.extend(measure_nodes(ctx, output, ctx.phase))
     for number in range(1, CONFIRMATIONS + 1):
         decision = None
         if ctx.backend.rank == 0:  # the others have no rows: rank 0 decides for all, so none is left waiting
@@ -115,9 +139,9 @@ def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
             break
         output.note(plan.note(number))
         if plan.pairs:
-            rows += measure_rounds(ctx, ctx.schedule.holding(plan.pairs), output, RECHECK)
+            rows.extend(measure_rounds(ctx, ctx.schedule.holding(plan.pairs), output, RECHECK))
         if plan.nodes:
-            rows += measure_nodes(ctx, output, RECHECK)
+            rows.extend(measure_nodes(ctx, output, RECHECK))
     return rows
 
 

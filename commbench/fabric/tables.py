@@ -6,7 +6,7 @@ rank matrices are shown up to MAX_RANK_COLUMNS ranks; beyond that only the host 
 always has both).
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -15,13 +15,13 @@ from rich.markup import escape
 from commbench.core.sizes import format_size
 from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor, run_crowding
 from commbench.fabric.drift import describe_spike
+from commbench.fabric.matrices import PairValues
 from commbench.measure.robust import BANDWIDTH, LATENCY, Metric
 from commbench.results.model import Row
 from commbench.writers.console import TextTable, print_table
 
 MAX_RANK_COLUMNS = 32
 MAX_SLOW_SHOWN = 10
-Matrix = list[list[float | None]]
 
 
 def _cell(value: float | None, metric: Metric, slow: bool = False) -> str:
@@ -30,8 +30,9 @@ def _cell(value: float | None, metric: Metric, slow: bool = False) -> str:
     return f"{value:.{metric.digits}f}" + ("*" if slow else "")
 
 
-def rank_table(analysis: FabricAnalysis, metric: Metric, matrix: Matrix, what: str) -> TextTable:
+def rank_table(analysis: FabricAnalysis, metric: Metric, values: PairValues, what: str) -> TextTable:
     hostnames = analysis.matrices.hostnames
+    matrix = values.dense()
     order = analysis.matrices.ranks_by_host_order()
     slow = {(item.src, item.dst) for item in analysis.slow if item.metric is metric}
     rows = [[str(src), hostnames[src],
@@ -41,8 +42,9 @@ def rank_table(analysis: FabricAnalysis, metric: Metric, matrix: Matrix, what: s
                      left_columns=2, footer=footer)
 
 
-def host_table(analysis: FabricAnalysis, metric: Metric, matrix: Matrix) -> TextTable:
+def host_table(analysis: FabricAnalysis, metric: Metric, values: PairValues) -> TextTable:
     hosts = analysis.matrices.hosts
+    matrix = values.dense()
     rows = [[host, *(_cell(value, metric) for value in matrix[index])] for index, host in enumerate(hosts)]
     return TextTable(f"host x host {metric.name} {metric.unit}: the median over rank pairs, sender host "
                      "(row) -> receiver host (column); the diagonal is intra-node", ["host", *hosts], rows,
@@ -115,7 +117,7 @@ def size_texts(config: Mapping[str, Any]) -> tuple[str, str]:
     return size, latency_size
 
 
-def print_fabric_rows(console: Console, rows: list[Row], hostnames: list[str], config: Mapping[str, Any],
+def print_fabric_rows(console: Console, rows: Sequence[Row], hostnames: list[str], config: Mapping[str, Any],
                       hardware: Mapping[str, Any]) -> None:
     """A run's fabric rows on the console: its matrices, slow pairs, spikes and verdict, concluded with
     the --slow-factor it recorded (``config``: the run's meta.config) and the hosts' CPUs (``hardware``:

@@ -12,6 +12,7 @@ row, barrier) or without a reference gets no verdict.
 """
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -99,7 +100,7 @@ def annotate_row(row: Row, context: RowContext | None) -> Row:
     return replace(row, **columns) if columns else row
 
 
-def judged_summary(rows: list[Row], judging: Judging) -> dict[str, Any]:
+def judged_summary(rows: Sequence[Row], judging: Judging) -> dict[str, Any]:
     """Counts of each verdict, rows without one, and the first FAIL, for the run's metadata."""
     counts = Counter(row.verdict for row in rows if row.verdict)
     fails = [row for row in rows if row.verdict == "FAIL"]

@@ -13,7 +13,7 @@ one name is an error); looking up an unregistered pattern finds nothing, and its
 sweep's (a file from a newer commbench still loads and prints).
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +41,15 @@ class ResultKind:
 
     name: str  # the Row.pattern of its rows
     # the console at the end of a table: print these rows (one run's, as they were measured)
-    console: Callable[[Console, list[Row], LiveRun], None] | None = None
+    console: Callable[[Console, Sequence[Row], LiveRun], None] | None = None
     # plot: a figure of these runs (each holds rows of this kind); UsageError when they cannot be drawn
     figure: Callable[[list[SavedRun]], Any] | None = None
     # report: the whole page for these runs, given why plots are missing (None: they are not)
     report_page: Callable[[list[SavedRun], str | None], str] | None = None
     compares_alone: bool = False  # compare: its results compare only with results of the same kind
+    # the α-β fit of a finished table's series; False where every series holds one size by construction
+    # (fabric's: one per pair and way), so grouping a full pass's two million rows would find nothing
+    fitted: bool = True
 
 
 _KINDS: dict[str, ResultKind] = {}

@@ -3,7 +3,8 @@ writers/files.py; reading them back: saved.py.
 """
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from types import NoneType
+from typing import Any, get_args, get_origin
 
 from commbench.core.sizes import format_size
 from commbench.measure.collectives import REGISTRY  # descriptors only: importing it imports no torch
@@ -212,6 +213,11 @@ BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_si
 JSON_ONLY = ("iteration_us", "iteration_arrival_us")
 CSV_COLUMNS = [f.name for f in fields(Row)
                if getattr(f.type, "__origin__", None) is not list and f.name not in JSON_ONLY]
+# Each row field's scalar type (int, float, str, or list for the per-sample and per-rank lists) and
+# whether it may be None, from Row's annotations: what readers check a saved value against.
+ROW_KINDS = {item.name: ((next(arg for arg in get_args(item.type) if arg is not NoneType), True)
+                         if NoneType in get_args(item.type) else (get_origin(item.type) or item.type, False))
+             for item in fields(Row)}
 
 
 @dataclass

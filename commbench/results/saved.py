@@ -9,7 +9,7 @@ import csv
 import glob
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from types import NoneType
@@ -26,7 +26,7 @@ from commbench.core.untrusted import (
     shown,
 )
 from commbench.errors import UsageError
-from commbench.results.model import Row
+from commbench.results.model import ROW_KINDS, Row
 
 
 @dataclass
@@ -49,12 +49,8 @@ class SavedRun:
                 f"{meta.get('world_size', '?')} ranks, {where})")
 
 
-# A row field's scalar type and whether it may be None, from Row's annotations: how a CSV cell is parsed
-# and what a JSON value must be. Fields a file lacks take Row's defaults (older files); fields Row does
-# not know (newer files) are dropped.
-ROW_KINDS = {item.name: ((next(arg for arg in get_args(item.type) if arg is not NoneType), True)
-                         if NoneType in get_args(item.type) else (get_origin(item.type) or item.type, False))
-             for item in fields(Row)}
+# ROW_KINDS (model.py) says how a CSV cell is parsed and what a JSON value must be. Fields a file lacks
+# take Row's defaults (older files); fields Row does not know (newer files) are dropped.
 REQUIRED_FIELDS = [item.name for item in fields(Row)
                    if item.default is MISSING and item.default_factory is MISSING]
 
@@ -128,16 +124,41 @@ def row_from_saved(saved: dict[str, Any], from_text: bool = False) -> Row:
 
 
 def _rows(raw_rows: Iterable[Any], from_text: bool = False) -> list[Row]:
-    """Every saved row as a Row; ValueError naming the first bad one by its index."""
-    rows = []
-    for index, raw in enumerate(raw_rows):
+    """Every saved row as a Row (a JSON's blocks of rows unpacked, _saved_rows); ValueError naming the
+    first bad one by its index."""
+    rows: list[Row] = []
+    for item in raw_rows:
         try:
-            if not isinstance(raw, dict):
-                raise TypeError(f"it is {shown(raw)}, not an object")
-            rows.append(row_from_saved(raw, from_text))
+            for raw in [item] if from_text else _saved_rows(item):
+                if not isinstance(raw, dict):
+                    raise TypeError(f"it is {shown(raw)}, not an object")
+                rows.append(row_from_saved(raw, from_text))
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"row {index}: {exc.args[0] if exc.args else exc}") from None
+            raise ValueError(f"row {len(rows)}: {exc.args[0] if exc.args else exc}") from None
     return rows
+
+
+def _saved_rows(item: Any) -> Iterator[Any]:
+    """The saved rows of one item of a results.json's rows: a row's object as it is, or each row of a
+    block of rows measured together ({"block_of": count, "same": {field: value}, "each": {field: [a
+    value per row]}}, results/columns.py), its values checked by row_from_saved like any row's."""
+    if not (isinstance(item, dict) and "block_of" in item):
+        yield item
+        return
+    count, same, each = item["block_of"], item.get("same"), item.get("each")
+    if type(count) is not int or not isinstance(same, dict) or not isinstance(each, dict) or not each:
+        raise TypeError("a block of rows is not {block_of: count, same: {...}, each: {field: [...]}}")
+    for name, values in each.items():
+        if not isinstance(values, list) or len(values) != count:
+            raise ValueError(f"a block of {count} rows has {shown(name)} {shown(values)}, not {count} values")
+    # A list in same is only ever empty (RowBlock keeps a list there only when every row's is): a full
+    # one would be copied into every row, a small file made into a large one.
+    for name, value in same.items():
+        if isinstance(value, list) and value:
+            raise ValueError(f"a block of rows has {shown(name)} {shown(value)} for every row, not []")
+    for index in range(count):  # a list in same is each row's own
+        yield {**{name: [] if isinstance(value, list) else value for name, value in same.items()},
+               **{name: values[index] for name, values in each.items()}}
 
 
 # The metadata readers use, with the type each must have when present (RunMeta writes them all).

@@ -7,7 +7,7 @@ every rank); only rank 0 writes metadata or prints; nothing here raises for hard
 read (the probes and the log reader record what is missing instead).
 """
 
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ class RunProvenance:
         self.context = RowContext(peak=peak, judging=self.judging, nccl=reader)
         return self.context
 
-    def finish(self, rows: list[Row], recording: Recording | None) -> str | None:
+    def finish(self, rows: Sequence[Row], recording: Recording | None) -> str | None:
         """Record and print the verdicts (rank 0); why --fail-below fails the run, on every rank."""
         meta = None if recording is None else recording.writer.meta
         reader = self.context.nccl

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 # What a rank runs once its backend is up: a sweep's benchmarks, or a workload pattern
 # (commbench.patterns); the first benchmark's launch settings are the run's.
-Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
+Work = Callable[[list[Any], Backend, Output, Session], Sequence[Row]]
 FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
 # Where a failed run's ranks leave their Flight Recorder dumps, in the run directory (docs/diagnose.md)
 FLIGHT_RECORDER_DIR, FLIGHT_RECORDER_PREFIX = "flight-recorder", "rank_"

@@ -10,7 +10,7 @@ import platform
 import shlex
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,9 @@ from commbench.core.groups import GroupPlan
 from commbench.core.words import plural
 from commbench.provenance.explain.engine import MODEL_VERSION, explain_run
 from commbench.provenance.explain.text import console_line
+from commbench.results.columns import RowBlock, RowColumns
 from commbench.results.fit import SeriesFit, fit_rows
+from commbench.results.kinds import kind_named
 from commbench.results.model import Row, RunMeta
 from commbench.writers.files import ResultWriter
 from commbench.writers.formats import Reporter, make_reporter
@@ -103,7 +105,7 @@ class Recording:
         self.reporter.header(meta)
         csv_path, json_path = result_paths(setup, meta.run_id)
         self.writer = ResultWriter(meta, csv_path, json_path)
-        self.table_rows: list[Row] = []  # the rows of the table being measured
+        self.table_rows = RowColumns()  # the rows of the table being measured
         self.explained: dict[tuple, dict[str, Any]] = {}  # results.json's explain.series: each series' latest
 
     def note(self, text: str) -> None:
@@ -116,24 +118,30 @@ class Recording:
         self.reporter.working(text)
 
     def row(self, row: Row) -> None:
-        self.batch([row])
+        self.writer.add(row)
+        self._shown([row])
+        self.table_rows.append(row)
 
-    def batch(self, rows: list[Row]) -> None:
-        self.writer.add_all(rows)
+    def batch(self, rows: RowBlock) -> None:
+        self.writer.add_block(rows)
+        self._shown(rows)
+        self.table_rows.extend(rows)  # the block's columns, shared
+
+    def _shown(self, rows: Iterable[Row]) -> None:
         for row in rows:
-            self.table_rows.append(row)
             self.reporter.row(row)
             self.reporter.advance()
 
-    def table_done(self, rows: list[Row]) -> None:
-        self.table_rows = []
-        fits = fit_rows(rows)
+    def table_done(self, rows: Sequence[Row]) -> None:
+        self.table_rows = RowColumns()
+        kind = kind_named(rows[0].pattern) if rows else None
+        fits = fit_rows(rows) if kind is None or kind.fitted else []
         if fits:
             self.writer.add_fits([fit.to_dict() for fit in fits])
         self.reporter.table_done(rows, fits)
         self.explain(rows, fits)
 
-    def explain(self, rows: list[Row], fits: list[SeriesFit]) -> None:
+    def explain(self, rows: Sequence[Row], fits: list[SeriesFit]) -> None:
         """explain's line under the table and its part of results.json (docs/explain.md). The rows are
         saved before: a fault in explaining them is a note, never a lost run."""
         meta = {field.name: getattr(self.writer.meta, field.name) for field in fields(self.writer.meta)}
@@ -180,7 +188,7 @@ class Recording:
         self.reporter.close()
         if self.table_rows:
             self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
-        kept = plural(len(self.writer.rows), "row")
+        kept = plural(self.writer.row_count, "row")
         self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept"
                            + launcher_status_note(self.writer.meta.launcher, signal_name))
         self.finish("interrupted", f"stopped by {signal_name}")

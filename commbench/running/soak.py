@@ -10,10 +10,11 @@ to the moment it reached the output, on that rank's clock; ``repeat`` is its pas
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from commbench.results.columns import RowBlock, RowColumns
 from commbench.results.model import Row
 
 if TYPE_CHECKING:
@@ -22,31 +23,34 @@ if TYPE_CHECKING:
 
 class StampedOutput:
     """Passes everything on to ``inner``; each row first gets ``elapsed_s`` and ``repeat``, and a copy is
-    kept in ``rows`` (the stamped rows, in the order they arrived)."""
+    kept in ``rows`` (the stamped rows, in the order they arrived; a block's columns shared with the
+    block passed on, so a fabric pass's rows are held once)."""
 
     def __init__(self, inner: "Output", started: float) -> None:
         self.inner = inner
         self.started = started
         self.repeat = 0
-        self.rows: list[Row] = []
+        self.rows = RowColumns()
+
+    def _elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 3)
 
     def row(self, row: Row) -> None:
-        self.inner.row(self._stamped([row])[0])
+        stamped = replace(row, elapsed_s=self._elapsed(), repeat=self.repeat)
+        self.rows.append(stamped)
+        self.inner.row(stamped)
 
-    def batch(self, rows: list[Row]) -> None:
-        self.inner.batch(self._stamped(rows))
-
-    def _stamped(self, rows: list[Row]) -> list[Row]:
-        elapsed = round(time.monotonic() - self.started, 3)
-        stamped = [replace(row, elapsed_s=elapsed, repeat=self.repeat) for row in rows]
+    def batch(self, rows: RowBlock) -> None:
+        stamped = rows.with_same(elapsed_s=self._elapsed(), repeat=self.repeat)
         self.rows.extend(stamped)
-        return stamped
+        self.inner.batch(stamped)
 
     def note(self, text: str) -> None:
         self.inner.note(text)
 
-    def table_done(self, rows: list[Row]) -> None:
-        self.inner.table_done([replace(row, repeat=self.repeat) for row in rows])  # its pass, for its title
+    def table_done(self, rows: Sequence[Row]) -> None:  # each row with its pass, for the table's title
+        self.inner.table_done(rows.with_same(repeat=self.repeat) if isinstance(rows, RowBlock)
+                              else [replace(row, repeat=self.repeat) for row in rows])
 
     def implementations_done(self, rows: list[Row]) -> None:
         self.inner.implementations_done(rows)
@@ -68,8 +72,8 @@ class StampedOutput:
 
 
 def repeat_until(duration_s: float | None, run_pass: "Callable[[Output], object]", output: "Output",
-                 backend: "Backend", after_pass: Callable[[list[Row]], None] | None = None,
-                 passes: int | None = None) -> list[Row]:
+                 backend: "Backend", after_pass: Callable[[RowColumns], None] | None = None,
+                 passes: int | None = None) -> RowColumns:
     """Call ``run_pass(stamped_output)`` again and again until ``duration_s`` seconds have passed on
     rank 0's clock or ``passes`` passes have run (neither given: once); return every stamped row, in
     order. ``after_pass`` gets the rows so far after each pass (to publish a running analysis). Every
@@ -78,7 +82,7 @@ def repeat_until(duration_s: float | None, run_pass: "Callable[[Output], object]
     while True:
         run_pass(stamped)
         if after_pass is not None:
-            after_pass(list(stamped.rows))
+            after_pass(RowColumns(stamped.rows))  # the rows so far: their blocks shared, not copied
         if passes is not None and stamped.repeat + 1 >= passes:
             return stamped.rows
         if duration_s is None and passes is None:

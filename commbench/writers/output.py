@@ -3,7 +3,8 @@ to, and the null sink of the ranks that do not record.
 
 Rank 0 gets a recording output (recording.RecordingOutput: the files, then the console); every other
 rank gets ``NullOutput``. A producer calls ``plan`` once, ``working`` before each point, ``row`` as each
-row is measured (``batch`` for rows measured together, such as a fabric round's: one sync of the files),
+row is measured (``batch`` for rows measured together, such as a fabric round's: one block of columns,
+results/columns.py, and one sync of the files),
 ``note`` for anything worth a line, ``table_done`` with the rows of each table,
 ``implementations_done`` with the rows of tables that differ only by implementation, ``passes_done``
 with every pass's rows when a soak's passes are all in, ``section`` for a named part of results.json
@@ -11,8 +12,10 @@ beside the rows (fabric's matrices and suspects), and ``unavailable`` for what a
 because the backend cannot run it here.
 """
 
+from collections.abc import Sequence
 from typing import Protocol
 
+from commbench.results.columns import RowBlock
 from commbench.results.model import Row
 
 
@@ -27,10 +30,10 @@ class Output(Protocol):
 
     def row(self, row: Row) -> None: ...
 
-    def batch(self, rows: list[Row]) -> None:
+    def batch(self, rows: RowBlock) -> None:
         """Rows measured together, written at once (one sync of the files for all)."""
 
-    def table_done(self, rows: list[Row]) -> None:
+    def table_done(self, rows: Sequence[Row]) -> None:
         """The rows of one table (a collective, dtype, op and placement; a pattern's run) are all in."""
 
     def implementations_done(self, rows: list[Row]) -> None:
@@ -63,11 +66,11 @@ class NullOutput:
     def row(self, row: Row) -> None:
         pass
 
-    def batch(self, rows: list[Row]) -> None:
+    def batch(self, rows: RowBlock) -> None:
         for row in rows:
             self.row(row)
 
-    def table_done(self, rows: list[Row]) -> None:
+    def table_done(self, rows: Sequence[Row]) -> None:
         pass
 
     def implementations_done(self, rows: list[Row]) -> None:

@@ -1,0 +1,463 @@
+"""Rows kept as columns: a block of rows measured together (RowBlock), and a growing sequence of rows
+kept as blocks (RowColumns).
+
+A fabric pass of N ranks has 2N(N-1) rows, two million at 1,024 ranks, and as Row objects each took
+2.2 KB. Kept as columns, a field with one value over a block is stored once, and a field that varies is
+a numpy array in the narrowest form that holds its values exactly: whole numbers in the smallest integer
+type that fits them, numbers that are whole thousandths (the µs of results.rows.microseconds, which the
+clocks resolve to the nanosecond) as int32 counts of thousandths, other numbers as float64, text as
+codes into the distinct values; None, where a field allows it, as a mask beside; a field whose values
+are another's (a fabric row's busbw is its algbw) shares that field's array. A per-sample or per-rank
+list is the lists' lengths and their values end to end, kept the same way. Anything else (a value of a
+type its field does not declare) stays a Python object. So every Row read back equals the Row stored,
+field for field and type for type.
+
+Reading a row builds a Row on demand; ``values(name)`` gives one field over all the rows as an array
+(numbers as float64 with NaN for None, whole-number fields without None as int64, text as objects), which
+is how fabric's analysis reads two million rows without making a Row of each. A results.json holds a
+block as its columns too (``saved``; docs/results.md).
+"""
+
+import bisect
+import math
+import operator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from itertools import chain, repeat
+from types import NoneType
+from typing import Any, overload
+
+import numpy as np
+
+from commbench.results.model import ROW_KINDS, Row
+
+FIELDS = tuple(item.name for item in fields(Row))
+_EVERY_FIELD = operator.attrgetter(*FIELDS)  # a row's values, in FIELDS order
+PENDING_ROWS = 256  # rows appended one by one are sealed into a block this many at a time
+THOUSANDTHS = 1000.0
+INT32 = 2**31 - 1
+
+
+def _missing(values: Sequence) -> np.ndarray | None:
+    if None not in values:
+        return None
+    return np.fromiter(map(operator.is_, values, repeat(None)), dtype=bool, count=len(values))
+
+
+def _narrowest(data: np.ndarray) -> np.ndarray:
+    if not data.size:
+        return data.astype(np.int8)
+    low, high = int(data.min()), int(data.max())
+    for kind in (np.int8, np.int16, np.int32):
+        bounds = np.iinfo(kind)
+        if bounds.min <= low and high <= bounds.max:
+            return data.astype(kind)
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class Numbers:
+    """Numbers of one kind (int or float), None where ``missing``; floats that are whole thousandths are
+    kept as int32 counts of them (``thousandths``)."""
+
+    data: np.ndarray
+    floats: bool
+    thousandths: bool
+    missing: np.ndarray | None
+
+    @classmethod
+    def of(cls, values: Sequence, floats: bool) -> "Numbers | None":
+        """The numbers, or None when a value is of another type (then they are kept as objects)."""
+        if not set(map(type, values)) <= {float if floats else int, NoneType}:
+            return None
+        missing = _missing(values)
+        filled = values if missing is None else [0 if value is None else value for value in values]
+        if not floats:
+            try:
+                data = np.array(filled, dtype=np.int64) if filled else np.zeros(0, dtype=np.int64)
+            except OverflowError:  # beyond 64 bits: kept as objects
+                return None
+            return cls(_narrowest(data), False, False, missing)
+        data = np.array(filled, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            counts = np.rint(data * THOUSANDTHS)
+            if np.isfinite(counts).all() and (np.abs(counts) <= INT32).all():
+                whole = counts.astype(np.int32)
+                back = whole / THOUSANDTHS  # what item() and decode() give back
+                if ((back == data) & (np.signbit(back) == np.signbit(data))).all():
+                    return cls(whole, True, True, missing)
+        return cls(data, True, False, missing)
+
+    def array(self) -> np.ndarray:
+        """float64 for floats, int64 for ints; float64 with NaN for None where there is one."""
+        if self.thousandths:
+            found = self.data.astype(np.float64) / THOUSANDTHS
+        elif self.floats or self.missing is not None:
+            found = self.data.astype(np.float64)
+        else:
+            return self.data.astype(np.int64)
+        if self.missing is not None:
+            found[self.missing] = np.nan
+        return found
+
+    def decode(self) -> list:
+        found = (self.data.astype(np.float64) / THOUSANDTHS if self.thousandths else self.data).tolist()
+        if self.missing is not None:
+            for index in np.flatnonzero(self.missing).tolist():
+                found[index] = None
+        return found
+
+    def item(self, index: int) -> Any:
+        if self.missing is not None and self.missing[index]:
+            return None
+        value = self.data[index].item()
+        return value / THOUSANDTHS if self.thousandths else value
+
+
+@dataclass(frozen=True, slots=True)
+class Codes:
+    """Text (or any values) as codes into their distinct values."""
+
+    codes: np.ndarray
+    distinct: tuple
+
+    @classmethod
+    def of(cls, values: Sequence) -> "Codes":
+        distinct = tuple(dict.fromkeys(values))
+        number = {value: code for code, value in enumerate(distinct)}
+        codes = np.fromiter(map(number.__getitem__, values), dtype=np.int64, count=len(values))
+        return cls(_narrowest(codes), distinct)
+
+    def array(self) -> np.ndarray:
+        distinct = np.empty(len(self.distinct), dtype=object)
+        distinct[:] = self.distinct
+        return distinct[self.codes]
+
+    def decode(self) -> list:
+        return [self.distinct[code] for code in self.codes.tolist()]
+
+    def item(self, index: int) -> Any:
+        return self.distinct[int(self.codes[index])]
+
+
+@dataclass(frozen=True, slots=True)
+class Objects:
+    """Values kept as they are: what no other form holds exactly."""
+
+    values: tuple
+
+    def array(self) -> np.ndarray:
+        found = np.empty(len(self.values), dtype=object)
+        found[:] = self.values
+        return found
+
+    def decode(self) -> list:
+        return list(self.values)
+
+    def item(self, index: int) -> Any:
+        return self.values[index]
+
+
+@dataclass(frozen=True, slots=True)
+class Lists:
+    """A list per row: their lengths, and their items end to end."""
+
+    lengths: np.ndarray
+    items: "Numbers | Objects"
+
+    @classmethod
+    def of(cls, values: Sequence) -> "Lists | Objects":
+        if set(map(type, values)) != {list}:
+            return Objects(tuple(values))
+        lengths = _narrowest(np.fromiter(map(len, values), dtype=np.int64, count=len(values)))
+        flat = list(chain.from_iterable(values))
+        items = Numbers.of(flat, True)
+        return cls(lengths, items if items is not None else Objects(tuple(flat)))
+
+    def array(self) -> np.ndarray:
+        found = np.empty(len(self.lengths), dtype=object)
+        found[:] = self.decode()
+        return found
+
+    def decode(self) -> list:
+        flat = self.items.decode()
+        ends = np.cumsum(self.lengths, dtype=np.int64).tolist()
+        return [flat[end - length:end] for end, length in zip(ends, self.lengths.tolist(), strict=True)]
+
+    def item(self, index: int) -> list:
+        start = int(self.lengths[:index].sum(dtype=np.int64))
+        return [self.items.item(position) for position in range(start, start + int(self.lengths[index]))]
+
+
+Column = Numbers | Codes | Objects | Lists
+
+
+def _encode(name: str, values: Sequence) -> Column:
+    kind, _ = ROW_KINDS[name]
+    if kind is list:
+        return Lists.of(values)
+    if kind is str:
+        return Codes.of(values) if set(map(type, values)) == {str} else Objects(tuple(values))
+    found = Numbers.of(values, floats=kind is float)
+    return found if found is not None else Objects(tuple(values))
+
+
+def _shared(column: Column, earlier: Iterable[Column]) -> Column:
+    """An earlier column that holds the same numbers in the same form, or ``column``: one array for
+    fields that agree on every row (a fabric row's busbw is its algbw, its count its size)."""
+    if not isinstance(column, Numbers):
+        return column
+    form = (column.floats, column.thousandths, column.data.dtype, column.missing is None)
+    for other in earlier:
+        if isinstance(other, Numbers) and (other.floats, other.thousandths, other.data.dtype,
+                                           other.missing is None) == form \
+                and np.array_equal(other.data, column.data) \
+                and (column.missing is None or np.array_equal(other.missing, column.missing)):
+            return other
+    return column
+
+
+def _same(values: Sequence) -> bool:
+    """Whether one stored value gives back every one of them exactly (lists: only when all are empty,
+    since a row's list is its own)."""
+    first = values[0]
+    kinds = set(map(type, values))
+    if kinds == {list}:
+        return not any(values)
+    if len(kinds) > 1 or values.count(first) != len(values):  # count: identical, or equal
+        return False
+    if type(first) is float and first != first:  # NaN: counted by identity only if every one is the same
+        return all(map(operator.is_, values, repeat(first)))
+    return type(first) is not float or first != 0 or len({math.copysign(1.0, value) for value in values}) == 1
+
+
+class Columnar(Sequence[Row]):
+    """Rows that give one field over all of them as an array (values), so that what reads many rows
+    reads their columns instead of building each (values_of)."""
+
+    __slots__ = ()
+
+    def values(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class RowBlock(Columnar):
+    """Rows measured together (a fabric round's), column by column: ``same`` holds the fields with one
+    value over the block, ``each`` the others. Immutable: ``with_same`` makes a block that shares the
+    columns."""
+
+    __slots__ = ("count", "same", "each")
+
+    def __init__(self, count: int, same: dict[str, Any], each: dict[str, Column]) -> None:
+        self.count, self.same, self.each = count, same, each
+
+    @classmethod
+    def of(cls, rows: Sequence[Row]) -> "RowBlock":
+        if isinstance(rows, RowBlock):
+            return rows
+        same: dict[str, Any] = {}
+        each: dict[str, Column] = {}
+        columns = zip(*map(_EVERY_FIELD, rows), strict=True) if len(rows) else ([] for _ in FIELDS)
+        for name, values in zip(FIELDS, columns, strict=True):
+            if values and _same(values):
+                same[name] = values[0]
+            else:
+                each[name] = _shared(_encode(name, values), each.values())
+        return cls(len(rows), same, each)
+
+    def __len__(self) -> int:
+        return self.count
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(self.count))]
+        if not -self.count <= index < self.count:
+            raise IndexError(index)
+        position = index % self.count
+        return self._row({name: column.item(position) for name, column in self.each.items()})
+
+    def __iter__(self) -> Iterator[Row]:
+        return map(Row, *self.columns(FIELDS))
+
+    def columns(self, names: Sequence[str], none: Any = None) -> list[Iterable]:
+        """Each field's value per row, in the order of ``names``: the rows column by column (a list in
+        ``same`` copied for each row, so that each row's list is its own), ``none`` for None (the CSV's
+        empty cell)."""
+        found: list[Iterable] = []
+        for name in names:
+            column = self.each.get(name)
+            if column is not None:
+                values = column.decode()
+                if none is not None and None in values:
+                    values = [none if value is None else value for value in values]
+                found.append(values)
+                continue
+            value = self.same[name]
+            if type(value) is list:
+                found.append(map(list, repeat(value, self.count)))
+            else:
+                found.append(repeat(none if value is None else value, self.count))
+        return found
+
+    def _row(self, varying: dict[str, Any]) -> Row:
+        return Row(**{name: list(value) if type(value) is list else value  # each row's list its own
+                      for name, value in self.same.items()}, **varying)
+
+    def values(self, name: str) -> np.ndarray:
+        """One field over the block's rows (see the module docstring for the dtypes)."""
+        column = self.each.get(name)
+        if column is not None:
+            return column.array()
+        kind, _ = ROW_KINDS[name]
+        value = self.same[name]
+        if kind in (int, float) and value is None:
+            return np.full(self.count, np.nan)
+        if kind in (int, float) and type(value) is kind and (kind is float or -2**63 <= value < 2**63):
+            return np.full(self.count, value, dtype=np.int64 if kind is int else np.float64)
+        found = np.empty(self.count, dtype=object)
+        found[:] = [value] * self.count
+        return found
+
+    def with_same(self, **values: Any) -> "RowBlock":
+        """The same rows with these fields set to one value each (a soak stamps its pass and time)."""
+        each = {name: column for name, column in self.each.items() if name not in values}
+        return RowBlock(self.count, {**self.same, **values}, each)
+
+    def saved(self) -> dict[str, Any]:
+        """The block as results.json holds it: {"block_of": count, "same": {field: value}, "each": {field:
+        [a value per row]}} (docs/results.md); never without a list, so that a file holds a value for
+        every row it stands for."""
+        each = {name: column.decode() for name, column in self.each.items()}
+        same = dict(self.same)
+        if not each:
+            each[FIELDS[0]] = [same.pop(FIELDS[0])] * self.count
+        return {"block_of": self.count, "same": same, "each": each}
+
+
+class RowColumns(Columnar):
+    """A growing sequence of rows kept as blocks: a block appended as it is (its columns shared), rows
+    appended one by one sealed into a block PENDING_ROWS at a time. Reading a row builds it."""
+
+    def __init__(self, rows: Iterable[Row] = ()) -> None:
+        self._blocks: list[RowBlock] = []
+        self._ends: list[int] = []  # the number of rows up to the end of each block
+        self._pending: list[Row] = []
+        self.extend(rows)
+
+    @property
+    def blocks(self) -> list[RowBlock]:
+        self._seal()
+        return list(self._blocks)
+
+    def append(self, row: Row) -> None:
+        self._pending.append(row)
+        if len(self._pending) >= PENDING_ROWS:
+            self._seal()
+
+    def extend(self, rows: Iterable[Row]) -> None:
+        if isinstance(rows, RowBlock | RowColumns):  # their blocks, shared
+            self._seal()
+            for block in [rows] if isinstance(rows, RowBlock) else rows.blocks:
+                self._add(block)
+            return
+        for row in rows:
+            self.append(row)
+
+    def _add(self, block: RowBlock) -> None:
+        if len(block):
+            self._blocks.append(block)
+            self._ends.append(len(self) + len(block))
+
+    def _seal(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._add(RowBlock.of(pending))
+
+    def __len__(self) -> int:
+        return (self._ends[-1] if self._ends else 0) + len(self._pending)
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self)))]
+        self._seal()
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        which = bisect.bisect_right(self._ends, index)
+        return self._blocks[which][index - (self._ends[which - 1] if which else 0)]
+
+    def __iter__(self) -> Iterator[Row]:
+        self._seal()
+        for block in list(self._blocks):
+            yield from block
+
+    def values(self, name: str) -> np.ndarray:
+        """One field over every row, as RowBlock.values gives it (float64 where one block has a None
+        and another an int64 column), filled a block at a time."""
+        found = np.zeros(0, dtype=np.float64)
+        start = 0
+        for block in self.blocks:
+            part = block.values(name)
+            if not start:
+                found = np.empty(len(self), dtype=part.dtype)
+            elif part.dtype != found.dtype and found.dtype != object:
+                found = found.astype(object if part.dtype == object else np.float64)
+            found[start:start + len(part)] = part
+            start += len(part)
+        return found
+
+
+class RowsAt(Columnar):
+    """The rows of ``rows`` at ``positions``, in that order, picked out without copying them (a pass's
+    rows out of a run's)."""
+
+    def __init__(self, rows: Columnar, positions: np.ndarray) -> None:
+        self.rows, self.positions = rows, positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return [self.rows[position] for position in self.positions[index].tolist()]
+        return self.rows[int(self.positions[index])]
+
+    def __iter__(self) -> Iterator[Row]:
+        return map(self.rows.__getitem__, self.positions.tolist())
+
+    def values(self, name: str) -> np.ndarray:
+        return self.rows.values(name)[self.positions]
+
+
+def rows_at(rows: Sequence[Row], positions: np.ndarray) -> Sequence[Row]:
+    """The rows at ``positions`` (a numpy array of them), in that order: a view of columnar rows, a list
+    of others."""
+    if isinstance(rows, Columnar):
+        return RowsAt(rows, positions)
+    return [rows[position] for position in positions.tolist()]
+
+
+def values_of(rows: Sequence[Row], name: str) -> np.ndarray:
+    """One field over ``rows`` (a list of Rows, or Columnar rows: a RowBlock, RowColumns, RowsAt), as
+    RowBlock.values gives it."""
+    if isinstance(rows, Columnar):
+        return rows.values(name)
+    return _encode(name, list(map(operator.attrgetter(name), rows))).array()

@@ -1,0 +1,184 @@
+"""Rows kept as columns (results/columns.py) give back exactly the rows stored, whatever their values, and
+read a field over all of them as an array; a block written to results.json reads back as its rows."""
+
+import math
+from dataclasses import fields
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.results.columns import PENDING_ROWS, RowBlock, RowColumns, values_of
+from commbench.results.model import ROW_KINDS, Row, RunMeta
+from commbench.results.saved import load_run
+from commbench.writers.files import ResultWriter
+
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from([0.0, -0.0, 1.5, 2700.123]),
+                   st.integers(-10**6, 10**6).map(lambda count: count / 1000))  # whole thousandths, as µs are
+INTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-3, 300), st.integers(2**63, 2**70))
+TEXT = st.sampled_from(["", "p2p_uni", "ping_pong", "fabric", "µs"])
+
+
+def _value(name: str) -> st.SearchStrategy:
+    kind, optional = ROW_KINDS[name]
+    lists = st.lists(st.one_of(FLOATS, st.none()), max_size=5)
+    found = {int: INTS, float: FLOATS, str: TEXT, list: lists}[kind]
+    return st.one_of(found, st.none()) if optional else found
+
+
+def _rows(count: st.SearchStrategy[int]) -> st.SearchStrategy[list[Row]]:
+    """Rows whose every field varies, or keeps one value, from row to row."""
+    def build(size: int) -> st.SearchStrategy[list[Row]]:
+        columns = {item.name: st.one_of(_value(item.name).map(lambda value: [value] * size),
+                                        st.lists(_value(item.name), min_size=size, max_size=size))
+                   for item in fields(Row)}
+        return st.fixed_dictionaries(columns).map(lambda found: [
+            Row(**{name: values[index] for name, values in found.items()}) for index in range(size)])
+    return count.flatmap(build)
+
+
+def _same(first: Row, second: Row) -> bool:
+    """Field for field, type for type; NaN equal to NaN, -0.0 not equal to 0.0."""
+    def equal(one, other) -> bool:
+        if type(one) is not type(other):
+            return False
+        if isinstance(one, list):
+            return len(one) == len(other) and all(equal(a, b) for a, b in zip(one, other, strict=True))
+        if isinstance(one, float):
+            same_sign = math.copysign(1, one) == math.copysign(1, other)
+            return (math.isnan(one) and math.isnan(other)) or (one == other and same_sign)
+        return one == other
+    return all(equal(getattr(first, item.name), getattr(second, item.name)) for item in fields(Row))
+
+
+@settings(max_examples=30, deadline=None)
+@given(_rows(st.integers(1, 12)))
+def test_a_block_gives_back_every_row_it_holds_exactly(rows):
+    block = RowBlock.of(rows)
+    assert len(block) == len(rows)
+    assert all(_same(kept, row) for kept, row in zip(block, rows, strict=True))
+    assert all(_same(block[index], row) for index, row in enumerate(rows))
+    assert _same(block[-1], rows[-1])
+    again = list(block)
+    for row in again:  # each row's lists are its own
+        row.samples_us.append(1.0)
+    assert all(_same(kept, row) for kept, row in zip(block, rows, strict=True))
+
+
+@settings(max_examples=30, deadline=None)
+@given(_rows(st.integers(1, 12)))
+def test_a_field_over_the_rows_is_an_array_with_nan_for_none(rows):
+    block = RowBlock.of(rows)
+    for name in ("time_us_p50", "src_rank", "size_bytes", "collective", "repeat", "elapsed_s"):
+        found, expected = block.values(name), [getattr(row, name) for row in rows]
+        assert len(found) == len(rows)
+        for value, wanted in zip(found.tolist(), expected, strict=True):
+            if wanted is None or (isinstance(wanted, float) and math.isnan(wanted)):
+                assert value is None or (isinstance(value, float) and math.isnan(value))
+            else:
+                assert value == wanted
+        assert np.array_equal(values_of(rows, name), found, equal_nan=found.dtype != object)
+
+
+def _row(index: int, **changes) -> Row:
+    values = dict(collective="p2p_uni" if index % 2 else "ping_pong", backend="gloo", device="cpu",
+                  world_size=64, dtype="uint8", mode="sync", op="", size_bytes=1 << 20,
+                  requested_bytes=1 << 20, count_per_rank=1 << 20, iters=10, warmup=2,
+                  time_us_p50=2700.0 + index / 2, time_us_p95=2800.123, time_us_min=2600.001 + index,
+                  time_us_max=2900.0, time_us_mean=2750.25, algbw_gbps=0.3 + index, busbw_gbps=0.3 + index,
+                  busbw_factor=1.0, pattern="fabric", samples_us=[2600.001 + index, 2700.5],
+                  rank_mean_us=[2650.0, 2651.0], src_rank=index % 64, dst_rank=(index * 7 + 1) % 64)
+    return Row(**{**values, **changes})
+
+
+def test_rows_appended_and_blocks_added_keep_their_order():
+    rows = [_row(index) for index in range(PENDING_ROWS + 10)]
+    kept = RowColumns()
+    for row in rows[:PENDING_ROWS + 3]:
+        kept.append(row)
+    block = RowBlock.of(rows[PENDING_ROWS + 3:])
+    kept.extend(block)
+    assert len(kept) == len(rows) and list(kept) == rows and kept[PENDING_ROWS + 5] == rows[PENDING_ROWS + 5]
+    assert kept.values("src_rank").tolist() == [row.src_rank for row in rows]
+    assert kept.blocks[-1].each is block.each  # a block is kept as it came, its columns shared
+    stamped = block.with_same(repeat=3, elapsed_s=1.5)
+    assert [row.repeat for row in stamped] == [3] * len(block)
+    assert stamped.each["src_rank"] is block.each["src_rank"]
+
+
+def test_measured_times_are_kept_as_whole_thousandths_in_four_bytes_and_equal_fields_once():
+    block = RowBlock.of([_row(index) for index in range(2048)])
+    assert block.each["time_us_min"].data.dtype == np.int32
+    assert block.each["samples_us"].items.data.dtype == np.int32
+    assert block.each["src_rank"].data.dtype == np.int8 and "pattern" in block.same
+    assert block.each["busbw_gbps"] is block.each["algbw_gbps"]  # equal on every row: one array
+    assert [row.busbw_gbps for row in block] == [row.algbw_gbps for row in block]
+
+
+def _meta() -> RunMeta:
+    return RunMeta(run_id="r1", started_at="t0", command=["commbench"], commbench_version="0",
+                   torch_version="0", python_version="3", backend="gloo", device="cpu", world_size=64,
+                   launcher="local", hostnames=["a"] * 64, versions={}, env={}, config={})
+
+
+def test_a_block_written_to_results_json_reads_back_as_its_rows(tmp_path):
+    writer = ResultWriter(_meta(), tmp_path / "r.csv", tmp_path / "r.json")
+    rows = [_row(index, time_us_max=math.nan if index == 3 else 2900.0) for index in range(40)]
+    writer.add_block(RowBlock.of(rows[:32]))
+    writer.add(rows[32])
+    writer.add_block(RowBlock.of(rows[33:]))
+    writer.finish("complete", "t1")
+    saved = load_run(tmp_path / "r.json").rows
+    assert saved == [row if index != 3 else _row(3, time_us_max=None) for index, row in enumerate(rows)]
+    assert load_run(tmp_path / "r.csv").rows[5].src_rank == rows[5].src_rank and writer.row_count == 40
+
+
+def test_a_block_that_would_copy_one_full_list_into_every_row_is_refused(tmp_path):
+    import json
+
+    from commbench.errors import UsageError
+
+    block = RowBlock.of([_row(index) for index in range(3)]).saved()
+    block["each"].pop("samples_us", None)
+    block["same"]["samples_us"] = [1.0] * 1000  # RowBlock writes a list there only when it is empty
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": 2, "meta": {}, "rows": [block]}))
+    try:
+        load_run(path)
+    except UsageError as error:
+        assert str(error).startswith(f"{path}: not a commbench results.json") and "samples_us" in str(error)
+    else:
+        raise AssertionError("the block loaded")
+
+
+SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=4)
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(where=st.sampled_from(["block_of", "same", "each", "same field", "each field", "each value"]),
+       name=st.sampled_from(["src_rank", "samples_us", "collective", "time_us_p50", "nonsense"]), value=JSON)
+def test_a_damaged_block_loads_or_is_one_line_naming_the_file(tmp_path_factory, where, name, value):
+    import json
+
+    from commbench.errors import UsageError
+
+    block = RowBlock.of([_row(index) for index in range(3)]).saved()
+    if where in ("block_of", "same", "each"):
+        block[where] = value
+    elif where == "same field":
+        block["same"][name] = value
+    elif where == "each field":
+        block["each"][name] = value
+    else:
+        block["each"].setdefault(name, [None] * 3)[1] = value
+    path = tmp_path_factory.mktemp("damaged") / "r.json"
+    path.write_text(json.dumps({"schema": 2, "meta": {}, "rows": [block]}))
+    try:
+        rows = load_run(path).rows
+    except UsageError as error:
+        assert str(error).startswith(f"{path}: not a commbench results.json") and "\n" not in str(error)
+    else:
+        assert len(rows) == block["block_of"] and all(isinstance(row, Row) for row in rows)
