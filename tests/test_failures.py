@@ -21,6 +21,7 @@ from commbench.running.rank import StopRequests
 from commbench.running.spawn import failure_grace, free_port
 from tests.dist_helpers import commbench
 from tests.process_helpers import (
+    alive,
     csv_rows,
     rank_processes,
     start_commbench,
@@ -99,6 +100,61 @@ def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
     assert re.search(r"rank 2 did not stop within [0-9.]+ s of rank \d failing \(hung\)", stderr), stderr
     _, payload = _kept_rows(tmp_path)
     assert payload["meta"]["status"] == "failed" and "all_reduce" in payload["meta"]["error"]
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+def _end_run(proc, ranks: dict[int, int]) -> None:
+    """Kill what is left of a test's run (a stopped rank is continued first, so it goes at once)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    for pid in ranks.values():
+        if alive(pid) and Path(f"/proc/{pid}/comm").read_text().startswith("commbench-r"):
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+
+
+# Rank 0 hosts the rendezvous store: torch's client waits forever for its answers once it is frozen, so
+# the others bound every store request themselves (coordination/store.py); its floor is 10 s.
+FROZEN_TIMEOUT_S = 10
+
+
+@pytest.mark.processes
+def test_frozen_rank_0_ends_the_run_within_the_timeout_and_is_named(tmp_path):
+    # SIGSTOP rank 0, which serves the store: rank 1 stops waiting for it, names it, and the
+    # launcher stops it and records in its results.json how the run ended.
+    proc, ranks = _start(tmp_path, nproc=2, timeout_s=FROZEN_TIMEOUT_S)
+    try:
+        frozen_at = time.monotonic()
+        os.kill(ranks[0], signal.SIGSTOP)
+        _, stderr = proc.communicate(timeout=FROZEN_TIMEOUT_S + 90)
+        elapsed = time.monotonic() - frozen_at
+    finally:
+        _end_run(proc, ranks)
+    assert proc.returncode == 1, stderr
+    assert elapsed < 60, f"took {elapsed:.1f} s with --timeout {FROZEN_TIMEOUT_S}"
+    assert "rank 0 is stopped, hung or overloaded" in stderr or "rank 0 did not report" in stderr, stderr
+    assert re.search(r"rank 0 did not stop within [0-9.]+ s of rank \d failing \(hung\)", stderr), stderr
+    assert "frame #" not in stderr and "Traceback" not in stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "failed"
+    assert "rank 0 did not stop" in payload["meta"]["error"] and payload["meta"]["finished_at"]
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+@pytest.mark.processes
+def test_killed_rank_0_leaves_a_final_status_and_every_row(tmp_path):
+    # rank 0 writes the files: its launcher records the end it could not, with the CSV's rows
+    proc, ranks = _start(tmp_path, nproc=2, timeout_s=KILL_TIMEOUT_S)
+    try:
+        os.kill(ranks[0], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=KILL_TIMEOUT_S + 60)
+    finally:
+        _end_run(proc, ranks)
+    assert proc.returncode == 1, stderr
+    assert "rank 0 died (SIGKILL)" in stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "failed" and payload["meta"]["error"] == "rank 0 died (SIGKILL)"
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.backends.base import Backend
 from commbench.config.launch import Benchmark, LaunchConfig
-from commbench.coordination import BOARD_ENV, CheckInFailed
+from commbench.coordination import BOARD_ENV, CheckInFailed, LauncherBoard
 from commbench.core import devices
 from commbench.core.devices import MemoryBudget
 from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
@@ -213,6 +213,10 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
                 meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
                 meta.hardware = hardware
                 recording = Recording(meta, setup)
+                if info.launcher == "local" and environ.get(BOARD_ENV):
+                    # the launcher settles the files should this process die before it can
+                    LauncherBoard(environ[BOARD_ENV]).record_results(recording.writer.json_path,
+                                                                     recording.writer.csv_path)
                 recording.note(hardware_summary(hardware))
             members = [list(ranks) for ranks in plan.members]
             context = provenance.start_rows(backend, hostnames, members, recording)

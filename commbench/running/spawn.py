@@ -23,12 +23,14 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from commbench.coordination import BOARD_ENV, LauncherBoard
 from commbench.core.groups import format_ranks
 from commbench.errors import UsageError
 from commbench.running.rank_start import PRELOAD, die_with_parent, run_rank
+from commbench.writers.files import finish_abandoned
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 RANK_START_ENV = "COMMBENCH_RANK_START"  # fork (from a server that imported torch) or exec (fresh python)
@@ -138,8 +140,8 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
                 proc.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = _Supervisor(procs, received, board)
     try:
-        supervisor = _Supervisor(procs, received, board)
         return supervisor.wait(grace_s, failure_grace(nproc) if failure_grace_s is None else failure_grace_s)
     finally:
         for sig, handler in previous.items():
@@ -148,7 +150,17 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        settle_results(board, supervisor.rank0_ending())
         board.remove()
+
+
+def settle_results(board: LauncherBoard, ending: tuple[str, str]) -> None:
+    """Record how the run ended in rank 0's results.json when rank 0 could not (its status still
+    "running" once every rank is gone): ``ending`` is the status and the reason."""
+    paths = board.results()
+    if paths is not None:
+        status, error = ending
+        finish_abandoned(*paths, status, datetime.now(UTC).isoformat(timespec="seconds"), error)
 
 
 def _start_ranks(argv: list[str], rank_envs: list[dict[str, str]], how: str) -> list[Any]:
@@ -178,6 +190,7 @@ class _Supervisor:
         self.stopping = False
         self.stopped: list[int] = []  # ranks we had to stop after a failure: they were hung
         self.announced: set[int] = set()
+        self.failure_grace_s = 0.0
 
     def _note_failures(self, codes: list[int | None]) -> None:
         failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
@@ -200,6 +213,7 @@ class _Supervisor:
         self.stopping = True
 
     def wait(self, grace_s: float, failure_grace_s: float) -> int:
+        self.failure_grace_s = failure_grace_s
         deadline: float | None = None
         while True:
             codes = [proc.poll() for proc in self.procs]
@@ -228,12 +242,27 @@ class _Supervisor:
             return 0
         rank, code = self.first_failure
         if self.stopped:
-            print(f"commbench: error: {format_ranks(self.stopped)} did not stop within {failure_grace_s:g} s "
-                  f"of rank {rank} failing (hung): stopped by the launcher", file=sys.stderr)
+            print(f"commbench: error: {self._hung()}", file=sys.stderr)
         if code < 0:
             print(f"commbench: error: rank {rank} died ({signal.Signals(-code).name})", file=sys.stderr)
             return 1
         return code
+
+    def _hung(self) -> str:
+        rank = self.first_failure[0] if self.first_failure else "?"
+        return (f"{format_ranks(self.stopped)} did not stop within {self.failure_grace_s:g} s of rank {rank} "
+                "failing (hung): stopped by the launcher")
+
+    def rank0_ending(self) -> tuple[str, str]:
+        """How the run ended, in rank 0's words had it recorded the end itself: (status, reason)."""
+        if self.received:
+            return "interrupted", f"stopped by {signal.Signals(self.received[0]).name}"
+        code = self.procs[0].returncode
+        if 0 in self.stopped:
+            return "failed", self._hung()
+        if code is not None and code < 0:
+            return "failed", f"rank 0 died ({signal.Signals(-code).name})"
+        return "failed", f"rank 0 exited with status {code} before recording how the run ended"
 
 
 def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:

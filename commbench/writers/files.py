@@ -6,6 +6,10 @@ JSON_EVERY_ROW_UP_TO rows, then at most every JSON_INTERVAL_S, and for fits, sec
 stopped run keeps every row it finished; no reader sees a half-written JSON. Each row's JSON text is made
 once, when it arrives, one row per line: a rewrite joins the texts (re-encoding every row each time cost
 seconds per size at thousands of ranks, whose rows hold a value per rank).
+
+A run whose rank 0 could not record its end (killed, or stopped by its launcher as hung) is settled by
+the launcher that started it (``finish_abandoned``): its status, and the rows the CSV holds beyond the
+JSON's last rewrite.
 """
 
 import csv
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.results.model import CSV_COLUMNS, Row, RunMeta
+from commbench.results.saved import row_from_saved
 
 SCHEMA_VERSION = 1
 JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row (each holds every row)
@@ -140,10 +145,44 @@ class ResultWriter:
 
     def _write_json(self) -> None:
         started = time.monotonic()
-        marker = f"rows written here {id(self)}"  # a string no part of the payload holds
         meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
-        text = readable_json({"schema": SCHEMA_VERSION, "meta": meta, "rows": marker, "fits": self.fits,
-                              **self.sections})
-        rows = "[\n" + ",\n".join(self._row_texts) + "\n]" if self._row_texts else "[]"
-        write_text_atomic(self.json_path, text.replace(json.dumps(marker), rows, 1))
+        payload = {"schema": SCHEMA_VERSION, "meta": meta, "rows": None, "fits": self.fits, **self.sections}
+        write_text_atomic(self.json_path, _results_text(payload, self._row_texts))
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
+
+
+def _results_text(payload: dict[str, Any], row_texts: list[str]) -> str:
+    """results.json's text: ``payload`` laid out readably, its rows one per line from their texts."""
+    marker = f"rows written here {id(row_texts)}"  # a string no part of the payload holds
+    text = readable_json({**payload, "rows": marker})
+    rows = "[\n" + ",\n".join(row_texts) + "\n]" if row_texts else "[]"
+    return text.replace(json.dumps(marker), rows, 1)
+
+
+def finish_abandoned(json_path: Path, csv_path: Path, status: str, finished_at: str, error: str) -> bool:
+    """Record how a run ended when its rank 0 could not: results.json's status, end time and error, and
+    the rows of the CSV (synced per row) that the JSON's last rewrite did not hold yet. False when there
+    is nothing to settle: rank 0 recorded the end itself, or wrote no results.json. A CSV line cut short
+    by the death, and any after it, are left out of the JSON."""
+    try:
+        payload = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return False
+    meta = payload.get("meta") if isinstance(payload, dict) else None
+    rows = payload.get("rows") if isinstance(payload, dict) else None
+    if not isinstance(meta, dict) or meta.get("status") != "running" or not isinstance(rows, list):
+        return False
+    row_texts = [json.dumps(row) for row in rows]
+    try:
+        with open(csv_path, newline="") as handle:
+            lines = list(csv.DictReader(handle))
+    except (OSError, csv.Error):
+        lines = []
+    for line in lines[len(rows):]:
+        try:
+            row_texts.append(row_json(row_from_saved(line, from_text=True)))
+        except (ValueError, KeyError, TypeError):
+            break
+    meta.update(status=status, finished_at=finished_at, error=error)
+    write_text_atomic(json_path, _results_text(payload, row_texts))
+    return True
