@@ -6,6 +6,7 @@ UsageError naming the file and the key before any process group starts; a loaded
 changes. GB/s figures are 1e9 bytes per second in one direction, as busbw is.
 """
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,8 @@ def _load_yaml(path: Path) -> dict[str, Any]:
 
 
 def _number(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    """A finite number above 0 (YAML's .nan and .inf are floats: a verdict against them judges nothing)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise UsageError(f"{path}: {where}: expected a number above 0, got {value!r}")
     return float(value)
 
