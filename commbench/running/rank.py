@@ -30,7 +30,7 @@ from commbench.results.model import Row
 from commbench.running.launcher import RankInfo
 from commbench.running.provenance import RunProvenance
 from commbench.running.recording import Recording, build_meta
-from commbench.running.runner import Session, sweep_failure
+from commbench.running.runner import Session, not_measured, sweep_failure
 from commbench.writers.output import NullOutput, Output
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows)
     below = provenance.finish(rows, recording)
-    failure = "; ".join(text for text in (failure, below) if text) or None
+    failure = "; ".join(text for text in (failure, not_measured(session.unmeasured), below) if text) or None
     if recording is not None:
         recording.finish("failed" if failure else "complete", failure)
         recording.show_files()
