@@ -21,6 +21,8 @@ from commbench.core.words import plural
 from commbench.measure.collectives import REGISTRY, Collective, Layout, placements_for
 from commbench.measure.impls import REFERENCE_IMPL, impls_for
 
+TENSOR_BYTES_LIMIT = 2**63  # what torch counts a tensor's bytes in: a need this large is refused
+
 
 class DeviceChoice(Protocol):
     device: str | None
@@ -99,7 +101,10 @@ def memory_need(collective: Collective, size: PlannedSize, limits: SizeLimits) -
                           torch_dtype(limits.dtype), torch.device(device), chunk_counts=size.chunk_counts,
                           pair_counts=size.pair_counts)
 
-        buffers = sum(tensor.nbytes for tensor in collective.build(layout("meta")).tensors())
+        try:
+            buffers = sum(tensor.nbytes for tensor in collective.build(layout("meta")).tensors())
+        except RuntimeError:  # "Storage size calculation overflowed": more bytes than a tensor holds
+            return MemoryNeed(TENSOR_BYTES_LIMIT, 0)
         return MemoryNeed(buffers, collective.temporary(layout(limits.device)))
 
     return max((rank_need(rank) for rank in ranks), key=lambda need: need.total)

@@ -5,10 +5,11 @@ times into rows."""
 import hashlib
 
 from commbench.backends.base import Backend
+from commbench.core.devices import MemoryBudget, approximate_bytes
 from commbench.core.words import plural
 from commbench.errors import RunError, UsageError, brief
 from commbench.replay.command import ReplayConfig, load_selected, mapped_plan
-from commbench.replay.execute import check_pass, prepare, time_passes
+from commbench.replay.execute import buffer_need, check_pass, prepare, time_passes
 from commbench.replay.kind import REPLAY  # noqa: F401 - its rows print no table: the summary stands for it
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
@@ -16,6 +17,7 @@ from commbench.replay.record import record_pass
 from commbench.replay.rows import RowContext, build_rows
 from commbench.replay.summary import summary_lines
 from commbench.results.model import Row
+from commbench.running.runner import Session
 from commbench.writers.output import Output
 
 
@@ -47,15 +49,29 @@ def _create_groups(backend: Backend, plan: ReplayPlan) -> dict[str, object]:
     return found
 
 
-def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: object = None
+def check_memory(needs: list[int], budget: MemoryBudget | None) -> None:
+    """UsageError when a rank's buffers (``needs``, by rank: every rank's, so that every rank says the
+    same) would exceed the memory budget the ranks agreed on, the same a sweep's sizes are refused
+    against; checked before any buffer is allocated."""
+    if budget is None or not needs:
+        return
+    rank = max(range(len(needs)), key=lambda index: needs[index])
+    if needs[rank] > budget.limit:
+        raise UsageError(f"the replay needs {approximate_bytes(needs[rank])} of buffers on rank {rank}, more "
+                         f"than the memory budget ({budget.describe()}; docs/limits.md)")
+
+
+def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: Session | None = None
                ) -> list[Row]:
     """One rank's replay: the plan, the groups, the passes, then every rank's times -> rows (the same
-    rows on every rank; rank 0's output writes and prints them). ``session`` is unused: a replay makes
-    its own groups."""
+    rows on every rank; rank 0's output writes and prints them). Of the ``session`` it takes the memory
+    budget: a replay makes its own groups."""
     (config,) = configs
     trace = load_selected(config)
     _agree(backend, trace)
     plan = mapped_plan(trace, backend.world_size)
+    check_memory(backend.all_gather_object(buffer_need(plan, backend.rank)),
+                 session.memory if session is not None else None)
     steps = prepare(plan, backend.rank, backend, _create_groups(backend, plan))
     times = time_passes(steps, backend, config.warmup, config.iters, config.keep_gaps)
     if config.check:

@@ -28,7 +28,7 @@ from typing import Any
 
 from commbench.coordination import BOARD_ENV, LauncherBoard
 from commbench.core.groups import format_ranks
-from commbench.errors import UsageError
+from commbench.errors import RunError, UsageError
 from commbench.running.rank_start import PRELOAD, die_with_parent, run_rank
 from commbench.writers.files import finish_abandoned
 
@@ -129,7 +129,11 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     rank_envs = [{**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
                   "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                   LAUNCHER_ENV: "local"} for rank in range(nproc)]
-    procs = _start_ranks(argv, rank_envs, how)
+    try:
+        procs = _start_ranks(argv, rank_envs, how)
+    except RunError:
+        board.remove()
+        raise
 
     received: list[int] = []
 
@@ -164,19 +168,29 @@ def settle_results(board: LauncherBoard, ending: tuple[str, str]) -> None:
 
 
 def _start_ranks(argv: list[str], rank_envs: list[dict[str, str]], how: str) -> list[Any]:
-    """The ranks, started as ``how`` says (rank_start): objects with Popen's poll, kill and the like."""
-    if how == "exec":
-        # -P: the working directory stays off the import path, so a folder there named commbench (the
-        # checkout, seen from the directory above it) cannot hide the installed package.
-        return [subprocess.Popen([sys.executable, "-P", "-m", "commbench", *argv], env=rank_env,
-                                 process_group=0, preexec_fn=die_with_parent) for rank_env in rank_envs]
-    context = forking_context()
-    procs = []
-    for rank, rank_env in enumerate(rank_envs):
-        process = context.Process(target=run_rank, args=(rank, list(argv), rank_env, os.getpid()),
-                                  name=f"rank {rank}")
-        process.start()
-        procs.append(RankProcess(process))
+    """The ranks, started as ``how`` says (rank_start): objects with Popen's poll, kill and the like.
+    When one cannot be started (the process limit, memory), those already started are stopped, so
+    none outlives the launcher, and the run fails naming the rank."""
+    procs: list[Any] = []
+    context = forking_context() if how == "fork" else None
+    try:
+        for rank, rank_env in enumerate(rank_envs):
+            if context is None:
+                # -P: the working directory stays off the import path, so a folder there named commbench
+                # (the checkout, seen from the directory above it) cannot hide the installed package.
+                procs.append(subprocess.Popen([sys.executable, "-P", "-m", "commbench", *argv], env=rank_env,
+                                              process_group=0, preexec_fn=die_with_parent))
+                continue
+            process = context.Process(target=run_rank, args=(rank, list(argv), rank_env, os.getpid()),
+                                      name=f"rank {rank}")
+            process.start()
+            procs.append(RankProcess(process))
+    except (OSError, EOFError) as exc:  # EOFError: the fork server could not fork and closed on us
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        raise RunError(f"could not start local rank {len(procs)} of {len(rank_envs)} ({exc}): the "
+                       "process limit (ulimit -u) or memory ran out; no rank was left running") from None
     return procs
 
 
