@@ -31,6 +31,7 @@ from commbench.running.launcher import RankInfo
 from commbench.running.provenance import RunProvenance
 from commbench.running.recording import Recording, build_meta
 from commbench.running.runner import Session, not_measured, sweep_failure
+from commbench.writers.console import output_closed
 from commbench.writers.output import NullOutput, Output
 
 if TYPE_CHECKING:
@@ -188,7 +189,11 @@ class StopRequests:
         self.signum = signum
 
     def requested(self) -> int:
+        """The signal a user sent this rank (0: none). A closed stdout (`commbench ... | head`) asks
+        as SIGPIPE would, had Python not set it aside: the ranks stop together, the files whole."""
         self.polled = True
+        if not self.signum and output_closed():
+            self.signum = signal.SIGPIPE
         return self.signum
 
 
@@ -250,7 +255,8 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
     if isinstance(exc, Terminated | KeyboardInterrupt):
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
         if recording is not None:
-            recording.interrupted(signal.Signals(signum).name)
+            closed = " (stdout was closed)" if signum == signal.SIGPIPE else ""
+            recording.interrupted(signal.Signals(signum).name + closed)
         backend.abort()  # a collective may still wait on the device for a peer that stopped
         return exc
     if isinstance(exc, UsageError):

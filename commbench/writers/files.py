@@ -7,12 +7,18 @@ stopped run keeps every row it finished; no reader sees a half-written JSON. Eac
 once, when it arrives, one row per line: a rewrite joins the texts (re-encoding every row each time cost
 seconds per size at thousands of ranks, whose rows hold a value per rank).
 
+When a file cannot grow (a full disk, a quota, the file size limit), the rows of the batch that did
+not fit are taken back out of the CSV, so both files hold the same rows, and the run fails saying why
+(``NoRoom``); its final status is written if there is room for it, else the JSON keeps its last rows
+and the CSV is cut to the same.
+
 A run whose rank 0 could not record its end (killed, or stopped by its launcher as hung) is settled by
 the launcher that started it (``finish_abandoned``): its status, and the rows the CSV holds beyond the
 JSON's last rewrite.
 """
 
 import csv
+import errno
 import json
 import math
 import os
@@ -22,10 +28,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from commbench.errors import RunError
 from commbench.results.model import CSV_COLUMNS, Row, RunMeta
 from commbench.results.saved import row_from_saved
 
 SCHEMA_VERSION = 1
+# Why a file could not grow, by the error the system gave.
+NO_ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EFBIG: "the file size limit (ulimit -f) is reached"}
 JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row (each holds every row)
 JSON_INTERVAL_S = 1.0  # beyond, at most this often, and at most once per 10 times the last rewrite's time
 
@@ -92,6 +102,10 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+class NoRoom(RunError):
+    """A result file could not grow: the files keep the rows measured before, and say the same."""
+
+
 class ResultWriter:
     """Writes a run's CSV and JSON as rows arrive."""
 
@@ -107,24 +121,58 @@ class ResultWriter:
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._csv_file = open(csv_path, "w", newline="")  # noqa: SIM115 - held open for the run
         self._csv = csv.writer(self._csv_file)
-        self._csv.writerow(CSV_COLUMNS)
-        self._csv_file.flush()
-        self._write_json()
+        target = csv_path
+        try:
+            self._csv.writerow(CSV_COLUMNS)
+            self._csv_file.flush()
+            self._csv_end = self._csv_in_json = self._csv_file.tell()  # the rows' end; the JSON's rows' end
+            target = json_path
+            self._write_json()
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            raise NoRoom(f"rank 0 could not write {target}: {exc.strerror} ({NO_ROOM[exc.errno]})") from None
 
     def add(self, row: Row) -> None:
         self.add_all([row])
 
     def add_all(self, rows: list[Row]) -> None:
-        """Rows measured together: each CSV line written, then one sync for all of them."""
-        for row in rows:
-            self.rows.append(row)
-            self._row_texts.append(row_json(row))
-            self._csv.writerow(["" if (value := getattr(row, name)) is None else value
-                                for name in CSV_COLUMNS])
-        self._csv_file.flush()
-        os.fsync(self._csv_file.fileno())
-        if len(self.rows) <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
-            self._write_json()
+        """Rows measured together: each CSV line written, then one sync for all of them. NoRoom when a
+        file cannot grow: the batch is taken back out of the CSV."""
+        kept = len(self.rows)
+        target = self.csv_path
+        try:
+            for row in rows:
+                self.rows.append(row)
+                self._row_texts.append(row_json(row))
+                self._csv.writerow(["" if (value := getattr(row, name)) is None else value
+                                    for name in CSV_COLUMNS])
+            self._csv_file.flush()
+            os.fsync(self._csv_file.fileno())
+            if len(self.rows) <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
+                target = self.json_path
+                self._write_json()
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            del self.rows[kept:], self._row_texts[kept:]
+            self._cut_csv(self._csv_end)
+            raise NoRoom(f"rank 0 could not write {target}: {exc.strerror} ({NO_ROOM[exc.errno]}); the files "
+                         f"keep the {len(self.rows)} rows measured before") from None
+        self._csv_end = self._csv_file.tell()
+
+    def _cut_csv(self, offset: int) -> None:
+        """The CSV cut back to ``offset`` bytes (a whole number of rows) and reopened to append."""
+        try:
+            self._csv_file.close()
+        except OSError:  # its buffer could not be written: what it held is cut off anyway
+            pass
+        try:
+            os.truncate(self.csv_path, offset)
+        except OSError:  # not a regular file (a device): nothing to cut
+            pass
+        self._csv_file = open(self.csv_path, "a", newline="")  # noqa: SIM115 - held open for the run
+        self._csv = csv.writer(self._csv_file)
 
     def add_fits(self, fits: list[dict[str, Any]]) -> None:
         """The α-β fits of a group of rows that just finished."""
@@ -137,10 +185,17 @@ class ResultWriter:
         self._write_json()
 
     def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
+        """Record how the run ended. When there is no room even for that, the JSON keeps its last rows
+        (and status) and the CSV is cut to the same rows."""
         self.meta.status = status
         self.meta.finished_at = finished_at
         self.meta.error = error
-        self._write_json()
+        try:
+            self._write_json()
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            self._cut_csv(self._csv_in_json)
         self._csv_file.close()
 
     def _write_json(self) -> None:
@@ -148,6 +203,8 @@ class ResultWriter:
         meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
         payload = {"schema": SCHEMA_VERSION, "meta": meta, "rows": None, "fits": self.fits, **self.sections}
         write_text_atomic(self.json_path, _results_text(payload, self._row_texts))
+        if not self._csv_file.closed:
+            self._csv_in_json = self._csv_file.tell()
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
 
 
