@@ -18,15 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.coordination.store import (
-    Coordinator,
-    Rendezvous,
-    Requests,
-    StoreLost,
-    answer_bound,
-    connect,
-    key_prefix,
-)
+from commbench.coordination.store import Coordinator, Rendezvous, StoreLost, connect, key_prefix
 from commbench.coordination.waiting import Waiter
 from commbench.core.devices import accepted_options
 
@@ -79,9 +71,8 @@ class StartUp:
         """Connect to the store and wait until every rank has joined (nothing to do without a store)."""
         if not self.rendezvous.master_addr:
             return
-        requests = Requests(answer_bound(self.timeout_s))
-        self._store = connect(self.rendezvous, self.timeout_s, requests)
-        self.coordinator = Coordinator.meeting(self._store, self.rendezvous, self.timeout_s, requests)
+        self._store = connect(self.rendezvous, self.timeout_s)
+        self.coordinator = Coordinator.meeting(self._store, self.rendezvous, self.timeout_s)
         self.coordinator.join()
 
     def peers(self, phase: str, label: str) -> list[int] | None:

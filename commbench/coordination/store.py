@@ -163,17 +163,17 @@ class Requests:
 
 
 # --- the connection ---------------------------------------------------------------------------------
-def connect(rendezvous: Rendezvous, timeout_s: float, requests: Requests | None = None) -> Any:
+def connect(rendezvous: Rendezvous, timeout_s: float) -> Any:
     """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does; the
-    others wait until it listens, then connect through ``requests`` (a host that accepts the connection
-    but never answers its handshake is then Unanswered, not a hang). RunError, in words that fit what
+    others wait until it listens, then connect with a deadline (a host that accepts the connection but
+    never answers its handshake is then Unanswered, not a hang). RunError, in words that fit what
     happened, when it cannot be opened or reached within ``timeout_s``.
 
     The host does not wait for the others here: Coordinator.join does, and names who is missing.
     """
     host, port = rendezvous.master_addr, rendezvous.master_port
     timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
-    requests = requests or Requests(answer_bound(timeout_s))
+    requests = Requests(answer_bound(timeout_s))
     try:
         if rendezvous.hosts_store:
             return dist.TCPStore(host, port, rendezvous.world_size, True, timeout, wait_for_workers=False,
@@ -235,11 +235,9 @@ class Coordinator:
     """One rank's side of the check-ins, over a store that every rank (and the spawner) can reach."""
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, store_where: str,
-                 hosts_store: bool = False, board: LauncherBoard | None = None,
-                 requests: Requests | None = None, store_host: str = "its host") -> None:
+                 hosts_store: bool = False, board: LauncherBoard | None = None) -> None:
         self._store = store
-        self._requests = requests or Requests(answer_bound(timeout_s))
-        self.store_host = store_host  # who serves the store, for messages: "rank 0", "the launcher"
+        self._requests = Requests(answer_bound(timeout_s))  # each request with its deadline
         self._board = board  # a local launcher's board (deaths, passes); None under other launchers
         self.hosts_store = hosts_store  # this rank's process serves the store: it goes when we exit
         self.rank = rank
@@ -250,14 +248,12 @@ class Coordinator:
         self._previous_step_key: str | None = None
 
     @classmethod
-    def meeting(cls, store: Any, rendezvous: Rendezvous, timeout_s: float, requests: Requests | None = None
-                ) -> "Coordinator":
-        """This rank's coordinator at ``rendezvous``, over ``store`` (connect's, with the same
-        ``requests``), under the attempt's prefix, reading the local launcher's board where there is one."""
+    def meeting(cls, store: Any, rendezvous: Rendezvous, timeout_s: float) -> "Coordinator":
+        """This rank's coordinator at ``rendezvous``, over ``store`` (connect's), under the attempt's
+        prefix, reading the local launcher's board where there is one."""
         board = LauncherBoard(rendezvous.launcher_board) if rendezvous.launcher_board else None
         return cls(dist.PrefixStore(key_prefix(rendezvous.attempt), store), rendezvous.rank,
-                   rendezvous.world_size, timeout_s, rendezvous.where, rendezvous.hosts_store, board,
-                   requests, rendezvous.host)
+                   rendezvous.world_size, timeout_s, rendezvous.where, rendezvous.hosts_store, board)
 
     # --- store access -------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> Any:
@@ -273,7 +269,7 @@ class Coordinator:
                             f"host is down or unreachable ({detail})") from exc
         except Unanswered as exc:
             raise StoreLost(f"rank {self.rank} got {exc} from the rendezvous store at {self.store_where}: "
-                            f"{self.store_host} is stopped, hung or overloaded") from None
+                            "its host is stopped, hung or overloaded") from None
 
     def _has(self, key: str) -> bool:
         return bool(self._call("check", [key]))
