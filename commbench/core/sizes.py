@@ -75,8 +75,10 @@ def _parse_range(spec: str) -> list[int]:
             factor = float(step[1:])
         except ValueError:
             raise UsageError(f"malformed size factor {step!r} in {spec!r}: expected x2, x4, ...") from None
-        if not 1 < factor < math.inf:  # NaN fails this too
+        if not math.isfinite(factor):
             raise UsageError(f"size factor {step!r} in {spec!r} must be a finite number above 1")
+        if factor <= 1:
+            raise UsageError(f"size factor {step!r} in {spec!r} must be above 1")
         if low == 0:
             raise UsageError(f"size range {spec!r} starts at 0 and cannot grow by a factor")
         _check_count(math.floor(math.log(high / low) / math.log(factor) + 1e-9) + 1, spec)
