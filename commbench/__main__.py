@@ -2,8 +2,10 @@
 
 ``python -m`` puts the working directory first on the import path, so a folder named commbench there (a
 checkout's top folder, say) is imported instead of the installed package, as a namespace package with
-nothing in it. That is said in one line, not as an ImportError on every rank. The ranks commbench spawns
-itself start with ``python -P``, which leaves the working directory off the path (running/spawn.py).
+nothing in it. That is said in one line, not as an ImportError on every rank, with the fix a launcher's
+user can apply: PYTHONSAFEPATH=1 is ``python -P`` for every process that inherits it (torchrun's ranks
+included, whose command line the user does not write). The ranks commbench spawns itself start that way,
+with the working directory off the path (running/spawn.py).
 """
 
 import sys
@@ -23,8 +25,8 @@ if __name__ == "__main__":
     hiding = _hiding_folder()
     if hiding is not None:
         print(f"commbench: error: the folder {hiding} hides the installed commbench package (python -m "
-              "puts the working directory first on the import path): run from another directory, or "
-              "start python with -P", file=sys.stderr)
+              "puts the working directory first on the import path): run from another directory, or set "
+              "PYTHONSAFEPATH=1 for the ranks (export it; mpirun: -x PYTHONSAFEPATH=1)", file=sys.stderr)
         sys.exit(2)
     from commbench.cli import main
 

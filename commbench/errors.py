@@ -50,9 +50,11 @@ def brief(exc: BaseException) -> str:
 
 
 def did_you_mean(word: str, choices: list[str]) -> str:
-    """A ' (did you mean X?)' suffix for the closest choice, or '' when nothing is close."""
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+    """A ' (did you mean X?)' suffix for the closest choice, or '' when nothing is close; case does not
+    keep a choice from being close (GLOO: gloo)."""
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
 
 
 @contextmanager

@@ -28,8 +28,7 @@ from commbench.core.groups import Membership, world_plan
 from commbench.core.sizes import format_size, parse_size
 from commbench.measure.collectives import REGISTRY, Layout
 from commbench.measure.planning import SizeLimits, TablePlan, buffer_bytes, plan_sizes
-from commbench.measure.sampling import IterationBudget
-from commbench.running.runner import SizePoint, measure_size, sampling_policy
+from commbench.running.runner import SizePoint, measure_size
 from commbench.running.spawn import run_on_local_ranks
 from commbench.writers.output import NullOutput
 
@@ -75,7 +74,7 @@ def _measure(rank: int, world_size: int, name: str, size: int, bare: bool) -> di
         config = RunConfig(collectives=[name], sizes=[size], iters=ITERS, warmup=WARMUP)
         point = SizePoint(config, backend, TablePlan(collective, "float32", "", [planned]), planned,
                           Membership(world_plan(world_size), None, rank))
-        measure_size(point, {"sync": IterationBudget(sampling_policy(config))}, NullOutput())
+        measure_size(point, NullOutput())
     return {"baseline": baseline, "peak": _peak_bytes(),
             "buffers": buffer_bytes(collective, planned, world_size, rank, "float32")}
 

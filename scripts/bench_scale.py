@@ -175,10 +175,9 @@ def step_sweep(world: int, workdir: Path, args: argparse.Namespace) -> dict:
     for name in control_calls:
         _timed(torch_dist.TorchDistBackend, name, parts)
     _timed(runner, "make_row", parts)
-    for name in ("time_sync", "time_async"):
+    for name in ("time_sync", "time_async", "warm_up"):  # warm_up: a fixed --warmup, as --iters runs
         _timed(sampling, name, parts)
-    for name in ("warm_up", "_probe"):
-        _timed(runner, name, parts)
+    _timed(runner, "_probe", parts)
     _timed(recording.Recording, "row", parts)
     _timed(recording.Recording, "table_done", parts)
     sizes = len(config.sizes)

@@ -8,7 +8,8 @@
 #
 # Everything after `--` goes to pytest (default: -m processes). Exit status 0 when every run passed,
 # 1 when any test failed in any run, 2 on bad arguments. The busy loops and every pytest run end when
-# the script does, on success, failure or Ctrl-C.
+# the script does, on success, failure or Ctrl-C. The log of every run that failed is kept (its path is
+# printed), so each failure's traceback can be read after the hunt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,7 @@ case $busy in ''|*[!0-9]*) echo "flake_hunt: --busy takes a whole number, not '$
 python=${PYTHON:-python}
 
 workdir=$(mktemp -d)
+kept=""  # where the logs of failed runs are kept, made at the first failure
 loops=()
 cleanup() {
     for pid in "${loops[@]}"; do kill "$pid" 2>/dev/null; done
@@ -64,6 +66,12 @@ for run in $(seq 1 "$runs"); do
     echo "run $run: exit $code in $((SECONDS - run_started)) s, load $(cut -d' ' -f1-3 /proc/loadavg): $summary"
     if [ "$code" -ne 0 ] && [ -z "$found" ]; then
         tail -n 20 "$log"
+    fi
+    if [ "$code" -ne 0 ]; then
+        kept=${kept:-$(mktemp -d "${TMPDIR:-/tmp}/flake_hunt.XXXXXX")}
+        cp "$log" "$kept/"
+        grep -E '^(FAILED|ERROR) ' "$log" | cut -c1-300 | sed 's/^/    /'
+        echo "    log: $kept/run-$run.log"
     fi
 done
 

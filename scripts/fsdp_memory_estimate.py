@@ -19,8 +19,8 @@ import sys
 from dataclasses import replace
 
 from commbench.core.devices import approximate_bytes
+from commbench.patterns.config import FsdpConfig
 from commbench.patterns.estimate import fsdp_memory
-from commbench.patterns.fsdp_config import FsdpConfig
 
 RANKS = 2
 CONFIGS = {

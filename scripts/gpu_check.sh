@@ -18,8 +18,12 @@
 #   latency         small all_reduces: device time with the launch hidden, host-observed, and graphed
 #   torchrun        one rank under torchrun
 #   fsdp            the FSDP pattern with --check --overlap
-#   impl            every implementation (--impl all) at one rank with --check and --profile-kernels: what
-#                   runs, what it ran (kernel names, NCCL's log), and each refusal's reason
+#   impl            every implementation (--impl all) on every GPU (up to 8) with --check, --profile-kernels
+#                   and --nccl-debug: every row printed and kept in impl-rows.tsv (what ran, its kernels,
+#                   each refusal's reason); none may fail or hold wrong values
+#   parity          NCCL at one rank: --per-iteration's blocks, --buffers and --misalign with --check,
+#                   --flush-cache over the L2, --memory (device memory outside torch's allocator, the
+#                   start's readings), --with-compute's two slowdowns and --concurrent's communicators
 #   cuda-tests      the test suite's CUDA-only tests (from a checkout), CUDA kept visible
 # Writes every JSON and log to OUTDIR; exits 1 when any step failed. Without CUDA the CUDA steps print
 # "skip" and the script still runs what the CPU can check.
@@ -218,34 +222,79 @@ fsdp() {
 }
 
 impl_step() {
-    # one GPU: whatever runs at one rank (two-shot out of place, multicast and NVSHMEM need more ranks or
-    # hardware: their rows say why); no row may hold wrong values or fail
-    local status=0
-    commbench --backend nccl --nproc 1 --collective all_reduce,all_gather_base,reduce_scatter_base,all_to_all_single \
+    # every implementation on every visible GPU (up to 8): what runs, what it ran (kernel names, NCCL's
+    # log), each refusal's reason; the symm-* and nvshmem-a2av sets run in rank processes of their own.
+    # Every row is printed and kept (impl-rows.tsv); no row may hold wrong values or fail
+    local status=0 nproc
+    nproc=$("$PY" -c "import torch; print(max(1, min(8, torch.cuda.device_count())))")
+    commbench --backend nccl --nproc "$nproc" \
+        --collective all_reduce,all_gather_base,reduce_scatter_base,all_to_all_single,all_to_allv \
         --dtype float32,bfloat16 --placement both --sizes 4K,1M --impl all --check --profile-kernels \
         --nccl-debug --iters 5 --warmup 1 --json "$OUT/impl.json" || status=$?
-    "$PY" - "$OUT/impl.json" "$status" <<'EOF'
+    "$PY" - "$OUT/impl.json" "$status" "$OUT/impl-rows.tsv" <<'EOF'
 import json, sys
-from collections import defaultdict
 rows = json.load(open(sys.argv[1]))["rows"]
-by_impl = defaultdict(list)
+fields = ["impl", "collective", "dtype", "placement", "size_bytes", "mode", "impl_status", "time_us_p50",
+          "impl_init_ms", "impl_register_ms", "error", "impl_note", "kernels"]
+with open(sys.argv[3], "w") as table:
+    table.write("\t".join(fields) + "\n")
+    for row in rows:
+        table.write("\t".join("" if row.get(field) is None else str(row[field]) for field in fields) + "\n")
 for row in rows:
-    by_impl[row["impl"]].append(row)
-for impl, mine in by_impl.items():
-    ran = [row for row in mine if row["time_us_p50"] is not None]
-    statuses = sorted({row["impl_status"] for row in mine})
-    print(f"{impl}: {len(ran)} of {len(mine)} rows measured; status {statuses}; init {mine[0]['impl_init_ms']} ms")
-    for reason in sorted({row["error"] for row in mine if row["error"]}):
-        print(f"    refused: {reason}")
-    for note in sorted({row["impl_note"] for row in ran if row["impl_note"]})[:3]:
-        print(f"    path: {note}")
-    for kernels in sorted({row["kernels"] for row in ran if row["kernels"]})[:2]:
-        print(f"    kernels: {kernels[:160]}")
+    p50 = "-" if row["time_us_p50"] is None else f"{row['time_us_p50']:.1f} us"
+    said = row["error"] or row["impl_note"] or ""
+    print(f"{row['impl']:<15} {row['collective']:<20} {row['dtype']:<9} {row['placement']:<13} "
+          f"{row['size_bytes']:>8} {row['mode']:<5} {row['impl_status'] or '-':<11} {p50:>10}  {said[:110]}")
+    if row["kernels"]:
+        print(f"{'':<15} kernels: {row['kernels'][:140]}")
 failed = [row for row in rows if row["error"] and row["impl_status"] != "unavailable"]
 wrong = [row for row in rows if row["wrong"]]
+print(f"{len(rows)} rows: {sum(row['time_us_p50'] is not None for row in rows)} measured, "
+      f"{sum(row['impl_status'] == 'unavailable' for row in rows)} unavailable, {len(failed)} failed, "
+      f"{len(wrong)} wrong")
 assert not wrong, f"{len(wrong)} rows with wrong values, first: {wrong[0]['impl']} {wrong[0]['collective']}"
 assert not failed, f"{len(failed)} rows failed, first: {failed[0]['impl']} {failed[0]['error']}"
 assert int(sys.argv[2]) == 0, f"exit status {sys.argv[2]}"
+EOF
+}
+
+parity_step() {
+    # what nccl-tests' -I/-M/-u/-S and rccl-tests' -R/-F measure, and contention, on NCCL at one rank
+    local status=0
+    commbench --backend nccl --nproc 1 --collective all_reduce,all_gather_base --sizes 64K,16M --iters 20 \
+        --warmup 2 --per-iteration --buffers 4 --misalign 16 --flush-cache --memory --check \
+        --json "$OUT/parity.json" --csv "$OUT/parity.csv" || status=$?
+    commbench --backend nccl --nproc 1 --collective all_reduce --sizes 64M --iters 10 --warmup 2 \
+        --with-compute 4096 --concurrent 2 --memory --check --json "$OUT/parity-compute.json" \
+        --csv "$OUT/parity-compute.csv" || status=$?
+    commbench iterations "$OUT/parity.json" || status=$?
+    "$PY" - "$OUT/parity.json" "$OUT/parity-compute.json" "$status" <<'EOF'
+import sys
+import torch
+from commbench.results.iterations import Iterations
+from commbench.results.saved import load_run
+cold, beside = load_run(sys.argv[1]), load_run(sys.argv[2])
+l2 = torch.cuda.get_device_properties(0).L2_cache_size
+for row in cold.rows:
+    found = Iterations.of(row)
+    print(f"{row.collective} {row.size_bytes} B: p50 {row.time_us_p50} us, CV {row.time_us_cv:.3f}, first op "
+          f"{row.first_op_us} us; buffers {row.mem_user_bytes} B, beside {row.mem_internal_bytes} B "
+          f"(library {row.mem_library_bytes} B); flushed {row.flush_bytes} B; {row.measured_from} .. {row.measured_to}")
+    assert found is not None and found.times.shape == (1, row.samples), "per-iteration block"
+    assert (row.buffer_sets, row.misalign, row.flush_bytes) == (4, 16, l2), "cold buffers"
+    assert row.wrong == 0, f"{row.wrong} wrong elements with --buffers 4 --misalign 16"
+    assert row.mem_user_bytes >= 4 * row.size_bytes + l2 and row.mem_library_bytes is not None, "memory"
+start = cold.meta["memory"]["start"][0]
+print(f"start: device used {start['device_used_before_bytes']} -> {start['device_used_after_bytes']} B, "
+      f"RSS {start['host_rss_before_bytes']} -> {start['host_rss_after_bytes']} B")
+assert start["device_used_after_bytes"] > start["device_used_before_bytes"], "NCCL's communicator took nothing"
+for row in beside.rows:
+    print(f"communicator {row.communicator}: {row.time_us_p50} us beside, {row.alone_us_p50} us alone "
+          f"({row.slowdown}x); matmul {row.compute_us} us beside, {row.compute_alone_us} us alone "
+          f"({row.compute_slowdown}x); library {row.mem_library_bytes} B")
+    assert row.slowdown and row.compute_slowdown and row.compute_alone_us > 0 and row.wrong == 0
+assert [row.communicator for row in beside.rows] == [0, 1], "two communicators"
+assert int(sys.argv[3]) == 0, f"exit status {sys.argv[3]}"
 EOF
 }
 
@@ -254,12 +303,13 @@ cuda_tests() {
     [ -d "$HERE/../tests" ] || { echo "no tests/ beside scripts/: not a checkout"; return 0; }
     (cd "$HERE/.." && COMMBENCH_TEST_CUDA=1 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" \
         tests/test_correctness.py::test_nccl_premul_sum_and_uneven_lists \
-        tests/test_list.py::test_list_probes_nccl_on_cuda)
+        tests/test_list.py::test_list_probes_nccl_on_cuda \
+        tests/test_parity_rules.py::test_a_size_account_on_cuda_splits_torch_and_memory_outside_its_allocator)
 }
 
 export OUT PY CUDA HERE
 export -f commbench free_port devices_env memory_window correctness premul graphs latency torchrun_one fsdp \
-    impl_step cuda_tests
+    impl_step parity_step cuda_tests
 run_step devices-env 120 devices_env
 run_step memory-window 120 memory_window
 if [ "$CUDA" = 1 ]; then
@@ -269,7 +319,8 @@ if [ "$CUDA" = 1 ]; then
     run_step latency 60 latency
     run_step torchrun 45 torchrun_one
     run_step fsdp 60 fsdp
-    run_step impl 150 impl_step
+    run_step impl 300 impl_step
+    run_step parity 120 parity_step
     run_step cuda-tests 150 cuda_tests
 else
     skip correctness "every collective x dtype x op with --check on NCCL"
@@ -278,7 +329,8 @@ else
     skip latency "device time with the launch hidden against host-observed and graphed"
     skip torchrun "one NCCL rank under torchrun"
     skip fsdp "the FSDP pattern on NCCL with --check --overlap"
-    skip impl "every implementation at one rank: what runs, its kernels, each refusal's reason"
+    skip impl "every implementation on every GPU: every row, its kernels, each refusal's reason"
+    skip parity "--per-iteration, --buffers, --flush-cache, --memory and --with-compute on NCCL at one rank"
     skip cuda-tests "the suite's CUDA-only tests, with COMMBENCH_TEST_CUDA=1"
     skip "devices-env (CUDA part)" "one visible device, PMI under srun, derived local rank, shared device"
     skip "memory-window (CUDA part)" "allocator growth of an async window, empty_cache, cudaMemGetInfo"

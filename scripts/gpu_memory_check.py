@@ -25,9 +25,8 @@ from commbench.coordination import Rendezvous  # noqa: E402
 from commbench.core.groups import Membership, world_plan  # noqa: E402
 from commbench.measure.collectives import REGISTRY, Layout  # noqa: E402
 from commbench.measure.planning import PlannedSize, SizeLimits, TablePlan, memory_need  # noqa: E402
-from commbench.measure.sampling import IterationBudget  # noqa: E402
 from commbench.running.rank import memory_budget  # noqa: E402
-from commbench.running.runner import SizePoint, measure_size, sampling_policy  # noqa: E402
+from commbench.running.runner import SizePoint, measure_size  # noqa: E402
 from commbench.running.spawn import free_port  # noqa: E402
 from commbench.writers.output import NullOutput  # noqa: E402
 
@@ -67,7 +66,7 @@ def cache_emptied(backend: TorchDistBackend, count: int) -> None:
     config = RunConfig(collectives=["all_reduce"], sizes=[count * 4], iters=3, warmup=1)
     table = TablePlan(REGISTRY["all_reduce"], "float32", "sum", [PlannedSize(count * 4, count * 4, count)])
     point = SizePoint(config, backend, table, table.sizes[0], Membership(world_plan(1), None, 0))
-    (row,) = measure_size(point, {"sync": IterationBudget(sampling_policy(config))}, NullOutput())
+    (row,) = measure_size(point, NullOutput())
     assert not row.error and row.samples, row.error
     backend.free_cached_memory()
     if backend.device.type != "cuda":

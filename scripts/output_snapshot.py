@@ -71,12 +71,15 @@ NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?
 # lines that come and go with the measurement itself, not with the code (a straggler named or not, a
 # soak's spikes and drift), dropped; a fit's line, with or without a slope or a warning, kept as a fit
 VARIABLE_LINES = re.compile(r"^(straggler: |note: spikes?: |note: drift: )")
-FIT_LINE = re.compile(r"^(?:\w+ )?α-β fit: ")
+# a fit, or an explanation (whose reasons follow the load of the machine), kept as such
+FIT_LINE = re.compile(r"^(?:# )?(?:\w+ )?(α-β fit|note: explain): ")
 TEMP_PATH = re.compile(r"/tmp/[^\s\"',)]*")
-# JSON keys whose text is a judgement of the measured values (a fit's reliability)
-VARIABLE_KEYS = {"reliability"}
+# JSON keys whose text is a judgement of the measured values (a fit's reliability, explain's reasons)
+VARIABLE_KEYS = {"reliability", "reasons", "regime"}
 BOX_RUNS = re.compile(r"([━─═]){2,}")
-DIRECTION = re.compile(r"\b(faster|slower)\b")  # which way two runs of the same code differ is noise
+# which way two runs of the same code differ, and whether compare finds that significant, is noise
+DIRECTION = re.compile(r"\b(faster|slower)\b")
+SIGNIFICANT = re.compile(r"\b(yes|no) \(q=")
 RUN_ID = re.compile(r"\b\d{8}-\d{6}[-\w]*")
 ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?")
 # CSV columns whose numbers follow from the command line, not from a measurement
@@ -94,7 +97,8 @@ def mask_text(text: str, places: dict[str, str], exact: bool = False) -> str:
     lines: list[str] = []
     body: list[str] = []  # a table's body rows, in sorted order (compare orders them by the measured change)
     for line in text.splitlines():
-        line = " ".join(DIRECTION.sub("<faster|slower>", BOX_RUNS.sub(r"\1", NUMBER.sub("N", line))).split())
+        line = BOX_RUNS.sub(r"\1", NUMBER.sub("N", line))
+        line = " ".join(SIGNIFICANT.sub("<yes|no> (q=", DIRECTION.sub("<faster|slower>", line)).split())
         if line.startswith("│"):
             body.append(line)
             continue
@@ -102,7 +106,8 @@ def mask_text(text: str, places: dict[str, str], exact: bool = False) -> str:
         body = []
         if VARIABLE_LINES.match(line):
             continue
-        lines.append("α-β fit: ..." if FIT_LINE.match(line) else line)
+        fit = FIT_LINE.match(line)
+        lines.append(f"{fit.group(1)}: ..." if fit else line)
     lines.extend(sorted(body))
     return "\n".join(lines).strip() + "\n"
 

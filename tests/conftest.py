@@ -13,6 +13,10 @@
   torch is imported, so the processes the tests start inherit it) unless COMMBENCH_TEST_CUDA=1, which
   keeps the GPUs for the CUDA-only tests (scripts/gpu_check.sh runs those). On a GPU workstation the
   CLI's defaults would otherwise be NCCL on CUDA, and two local ranks on one GPU.
+- Property-based tests (hypothesis) have no deadline (a loaded machine makes any example slow) and skip
+  the too-slow health check for the same reason; under CI=true they draw the same examples every run
+  (derandomize), so a landing never depends on which examples a run happened to draw, while a
+  developer's runs keep exploring.
 """
 
 import os
@@ -26,10 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.dist_helpers import ROOT, commbench
 from tests.netns import netns_cluster  # noqa: F401 - the test-hosts fixture, for every test module
 from tests.replay_helpers import Recordings
+
+settings.register_profile("commbench", deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          derandomize=os.environ.get("CI", "").lower() == "true")
+settings.load_profile("commbench")
 
 SWEEP = ROOT / "tests" / "data" / "two_benchmarks.yaml"
 ITERS = "30"  # overrides the file's 5 and 7: enough samples per row for the rank test

@@ -10,13 +10,22 @@ Nothing is configured in the machine's own namespace. Host i's processes run as
 address, interface and host name, as on separate machines. slow(i, rate) puts a tbf rate limit on both
 ends of host i's veth pair (tbf shapes what leaves an interface: both ends slow both directions).
 
+start_ranks runs a rank at a real-time priority (round-robin, REALTIME_PRIORITY), as if each test host
+had its CPUs to itself: the hosts share this machine's cores with everything else on it, and at an
+ordinary priority a rank woken by a message waits for another task's time slice (a millisecond or more
+beside busy processes, where a ping-pong's round trip over a veth takes 0.1 ms), so the ranks would time
+the CPU scheduler rather than the links. The ranks block while they wait (they never spin), and the
+kernel keeps 5% of every second for ordinary tasks in any case.
+
 teardown() stops the processes the cluster started (by pid), deletes its namespaces (which deletes the
 bridge and every veth end inside them) and any veth end left in the machine's namespace by a creation
 that failed half-way; it never fails and may run twice. The `netns_cluster` fixture tears down every
 cluster it made, whatever the test's outcome. Tests skip, with the reason, where namespaces cannot be
-made (not root, no iproute2).
+made (not root, no iproute2), and start_ranks where a real-time priority is refused (a container
+without a real-time budget).
 """
 
+import functools
 import itertools
 import os
 import shutil
@@ -31,6 +40,7 @@ from tests.dist_helpers import ROOT, launcherless_env
 
 SUBNET = "10.213.0"
 MASTER_PORT = 29500  # every cluster has its own network namespaces, so no port is shared
+REALTIME_PRIORITY = 10  # chrt --rr: above every ordinary task, far below the kernel's own threads
 _serial = itertools.count()
 
 
@@ -44,9 +54,20 @@ def unavailable_reason() -> str | None:
         return "network namespaces are Linux only"
     if os.geteuid() != 0:
         return "creating network namespaces needs root"
-    missing = [tool for tool in ("ip", "tc", "unshare") if shutil.which(tool) is None]
+    missing = [tool for tool in ("ip", "tc", "unshare", "chrt") if shutil.which(tool) is None]
     if missing:
         return f"{' and '.join(missing)} not installed (iproute2, util-linux)"
+    return None
+
+
+@functools.cache
+def realtime_refused() -> str | None:
+    """Why this machine refuses the ranks a real-time priority, or None when it grants one."""
+    result = subprocess.run(["chrt", "--rr", str(REALTIME_PRIORITY), "true"], capture_output=True, text=True,
+                            timeout=30)
+    if result.returncode != 0:
+        return (f"a real-time priority is refused here ({result.stderr.strip() or result.returncode}): "
+                "at an ordinary priority the test hosts' ranks would time other tasks' time slices")
     return None
 
 
@@ -145,8 +166,12 @@ class NetnsCluster:
 
 def start_ranks(cluster: NetnsCluster, ranks_per_host: int, args: list[str]) -> list[subprocess.Popen]:
     """`python -m commbench ARGS` as ranks 0..n-1, ``ranks_per_host`` on each host in host order,
-    through the environment launcher (RANK, WORLD_SIZE, MASTER_ADDR at host 0, ...); gloo talks over
-    each host's own interface."""
+    through the environment launcher (RANK, WORLD_SIZE, MASTER_ADDR at host 0, ...), each at a real-time
+    priority (the module docstring says why; the test skips where it is refused); gloo talks over each
+    host's own interface."""
+    refused = realtime_refused()
+    if refused is not None:
+        pytest.skip(refused)
     world_size = ranks_per_host * len(cluster.hosts)
     procs = []
     for rank in range(world_size):
@@ -156,7 +181,8 @@ def start_ranks(cluster: NetnsCluster, ranks_per_host: int, args: list[str]) -> 
             "LOCAL_WORLD_SIZE": str(ranks_per_host), "MASTER_ADDR": cluster.hosts[0].address,
             "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": host.interface, "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(ROOT)})
-        procs.append(cluster.start(host.index, [sys.executable, "-m", "commbench", *args], env))
+        command = ["chrt", "--rr", str(REALTIME_PRIORITY), sys.executable, "-m", "commbench", *args]
+        procs.append(cluster.start(host.index, command, env))
     return procs
 
 

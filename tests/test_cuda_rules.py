@@ -1,5 +1,6 @@
-"""Rules of the CUDA path that are arithmetic or validation: graphs, the launch-hiding spin, warm-up by
-time, and the memory torch allocates beside the buffers (so --max-memory and the async window count it).
+"""Rules of the CUDA path that are arithmetic or validation: graphs, the launch-hiding spin, and the
+memory torch allocates beside the buffers (so --max-memory and the async window count it). Warm-up's
+rule is tested with the sampling (tests/test_sampling.py).
 """
 
 import json
@@ -13,7 +14,6 @@ from commbench.errors import UsageError
 from commbench.measure.collectives import REGISTRY
 from commbench.measure.cuda_timing import MAX_SPIN_US, MIN_SPIN_US, spin_cycles, spin_target_us
 from commbench.measure.planning import PlannedSize, SizeLimits, memory_need, plan_sizes, plan_tables
-from commbench.measure.timing import warm_up_count
 from commbench.results.rows import make_row
 from commbench.results.saved import load_run
 
@@ -42,19 +42,6 @@ def test_the_spin_covers_twice_the_issue_time_within_bounds():
     assert spin_target_us(1.0) == MAX_SPIN_US
     assert spin_cycles(50.0, cycles_per_us=1410.0) == 70500
     assert spin_cycles(0.0, 1410.0) == 1
-
-
-# --- warm-up by time as well as count --------------------------------------------------------------
-
-@pytest.mark.parametrize("requested, per_op, budget, expected", [
-    (5, 0.001, 0.1, 5),  # small ops: the count
-    (5, 0.6, 0.1, 0),  # a 0.6 s op: the probe was warm-up enough
-    (5, 0.03, 0.1, 3),
-    (5, 0.6, None, 5),  # fixed --iters: exactly --warmup
-    (0, 0.001, 0.1, 0),
-])
-def test_warm_up_stops_at_its_count_or_its_time(requested, per_op, budget, expected):
-    assert warm_up_count(requested, per_op, budget) == expected
 
 
 # --- memory beside the buffers ------------------------------------------------------------------------

@@ -1,15 +1,16 @@
 """fabric on test hosts in network namespaces (tests/netns.py): a host whose link is slowed with tc tbf
-is named, and no other; with no link slowed, a run of three passes names nobody and no pass names a host.
+is named, confirmed, and no other; with no link slowed, a run of three passes names nobody, nor does any
+pass on its own.
 
 Three hosts of two ranks each, started through the environment launcher with gloo on each host's own
 interface: every inter-node transfer crosses a veth pair and the bridge, intra-node ones stay inside
 the host. tbf at 100 Mbit/s makes the slowed host's transfers tens of times slower than the others (these
 veths carry a few Gbit/s); the messages are small enough that a slowed round lasts well under a second.
-Both tests judge at --slow-factor 4 (SLOW_FACTOR): on two loaded cores one pair's median over a pass can
-be 2-8x off with nothing slowed (the default, 2, is for real fabrics), while the slowed link is far past
-4x; so the pair of tests shows the verdict separates a slowed host from noise at one threshold. The
-pairs are measured one at a time (--serial): six ranks on two cores measuring three pairs at once would
-time the CPU scheduler (a ping-pong waits for its partner to be given a core), not the links.
+Both tests judge at fabric's default --slow-factor, 2: the ranks run at a real-time priority
+(tests/netns.py), so what they time is the veths, within about 1.5x of each class's median, and not
+the waits for a CPU that put a pair 2-15x off on the shared cores at an ordinary priority. The pairs are
+measured one at a time (--serial): six ranks on two cores measuring three pairs at once would time the
+CPU scheduler (a ping-pong waits for its partner to be given a core), not the links.
 """
 
 import json
@@ -27,9 +28,8 @@ from tests.process_helpers import csv_rows
 pytestmark = pytest.mark.processes
 
 HOSTS, RANKS_PER_HOST = 3, 2
-SLOW_FACTOR = 4.0
-BASE_ARGS = ["fabric", "--serial", "--size", "512K", "--iters", "6", "--timeout", "60", "--fail-on-outlier"]
-ARGS = [*BASE_ARGS, "--slow-factor", f"{SLOW_FACTOR:g}"]
+SLOW_FACTOR = 2.0  # fabric's default
+ARGS = ["fabric", "--serial", "--size", "512K", "--iters", "6", "--timeout", "60", "--fail-on-outlier"]
 
 
 def _run(cluster, tmp_path, *extra: str) -> tuple[list[tuple[int, str, str]], dict]:
@@ -98,6 +98,12 @@ def test_the_host_with_the_slowed_link_is_named_and_no_other(netns_cluster, tmp_
     assert max(through_h1) * SLOW_FACTOR < min(matrix[0][2], matrix[2][0]), matrix
     verdict = results[0][1]
     assert "verdict: 1 suspect" in verdict and "host h1: its 16 inter-node transfers" in verdict
+    # confirmed before it was named: its 8 pairs measured twice more, every rank taking part
+    out = " ".join(verdict.split())
+    for number in (1, 2):
+        assert f"confirmation {number} of at most 3: host h1: 8 pairs measured again" in out
+    again = [row for row in payload["rows"] if row["phase"] == "recheck"]
+    assert len(again) == 2 * 8 * 4 and all({2, 3} & {row["src_rank"], row["dst_rank"]} for row in again)
 
 
 def test_with_no_link_slowed_pass_after_pass_names_nobody(netns_cluster, tmp_path):
@@ -108,51 +114,65 @@ def test_with_no_link_slowed_pass_after_pass_names_nobody(netns_cluster, tmp_pat
     run = load_run(tmp_path / "fabric.json")
     passes = sorted({row.repeat for row in run.rows})
     assert passes == [0, 1, 2]
-    # Each pass on its own is a run of the whole fabric. A pass can still name one link: both of a pair's
-    # measurements in it (the first and the recheck) disturbed by a stall of the loaded cores. So each
-    # pass names no host and no rank, and no link is named by two passes; a slowed link is slow in all.
-    links: list[str] = []
+    # Each pass on its own is a run of the whole fabric, its confirmations included: a measurement that
+    # something else on the machine disturbed is measured again, so no pass names anything either
     for repeat in passes:
         alone = analyse([row for row in run.rows if row.repeat == repeat], run.meta["hostnames"], SLOW_FACTOR)
-        assert all(suspect.kind == "link" for suspect in alone.suspects), (repeat, alone.verdict_lines())
-        links += [suspect.name for suspect in alone.suspects]
-    assert len(links) == len(set(links)), links
+        assert alone.suspects == [], (repeat, alone.verdict_lines())
 
 
-def _when_pass_starts(csv_path, repeat: int, stop: threading.Event) -> bool:
-    """Wait until the soak's rows show pass ``repeat`` under way; False if told to stop first."""
+def _latest_pass(csv_path) -> int:
+    """The latest pass the soak's rows show under way (-1: none yet)."""
+    return max((int(row["repeat"]) for row in csv_rows(csv_path)), default=-1)
+
+
+def _when_pass_starts(csv_path, repeat: int, stop: threading.Event) -> int | None:
+    """Wait until the soak's rows show pass ``repeat`` or a later one under way, and return the latest
+    under way; None if told to stop first."""
     while not stop.is_set():
-        if any(int(row["repeat"]) >= repeat for row in csv_rows(csv_path)):
-            return True
+        latest = _latest_pass(csv_path)
+        if latest >= repeat:
+            return latest
         time.sleep(0.05)
-    return False
+    return None
 
 
 def test_a_link_slowed_for_part_of_a_soak_shows_as_spikes_on_that_hosts_pairs(netns_cluster, tmp_path):
     cluster = netns_cluster(3)
     csv_path = tmp_path / "fabric.csv"
     stop = threading.Event()
+    # the pass under way when the limit was asked for, when it was in place, and when it was off again:
+    # it can touch passes from the first to the last, and the pass after the second is slowed throughout
+    window: list[int] = []
 
-    def flap() -> None:  # h1's link is slow from early in pass 2 to early in pass 3
-        if _when_pass_starts(csv_path, 2, stop):
-            cluster.slow(1, "100mbit")
-            if _when_pass_starts(csv_path, 3, stop):
-                cluster.unslow(1)
+    def flap() -> None:
+        asked = _when_pass_starts(csv_path, 2, stop)
+        if asked is None:
+            return
+        cluster.slow(1, "100mbit")
+        placed = _latest_pass(csv_path)
+        window.extend([asked, placed])
+        if _when_pass_starts(csv_path, placed + 2, stop) is not None:
+            cluster.unslow(1)
+            window.append(_latest_pass(csv_path))
 
     flapper = threading.Thread(target=flap)
     flapper.start()
     try:
-        # A spike is 8x off the pair's own median: the slowed link is tens of times slower, while one
-        # measurement on two loaded cores can be a few times off (the default factor, 2, would see those)
-        procs = start_ranks(cluster, 1, [*BASE_ARGS, "--repeat", "6", "--slow-factor", "8",
+        # A spike is 8x off the pair's own median: the slowed link is tens of times slower, so what is
+        # found does not depend on how quiet the other passes were
+        procs = start_ranks(cluster, 1, [*ARGS, "--repeat", "10", "--slow-factor", "8",
                                          "--json", str(tmp_path / "fabric.json"), "--csv", str(csv_path)])
         results = wait_all(procs, timeout=150)
     finally:
         stop.set()
         flapper.join()
     assert [code for code, _, _ in results] == [0, 0, 0], _stderrs(results)  # the passes' medians are fine
+    assert len(window) == 3, window
+    asked, placed, lifted = window
     spikes = [spike for spike in json.loads((tmp_path / "fabric.json").read_text())["fabric"]["spikes"]
               if spike["metric"] == "bandwidth"]
     assert spikes and all(1 in (spike["src"], spike["dst"]) for spike in spikes)
-    assert all(set(spike["passes"]) <= {2, 3} for spike in spikes), spikes
+    assert all(asked <= found <= lifted for spike in spikes for found in spike["passes"]), (window, spikes)
+    assert any(placed + 1 in spike["passes"] for spike in spikes), (window, spikes)
     assert "spikes: " in results[0][1]

@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from commbench.errors import UsageError
-from commbench.fabric.schedule import check_sample, circle_rounds, make_schedule, pack_rounds, sample_rounds
+from commbench.fabric.schedule import check_sample, circle_rounds, make_schedule, sample_rounds
 
 
 @pytest.mark.parametrize("world_size", range(2, 18))
@@ -89,12 +89,16 @@ def test_the_schedule_describes_its_cost():
     assert "one pair at a time" in schedule.describe(serial=True)
 
 
-def test_rechecked_pairs_pack_into_rounds_of_disjoint_pairs():
-    pairs = [(0, 1), (0, 2), (1, 2), (3, 4), (0, 1), (2, 5)]
-    rounds = pack_rounds(pairs)
-    assert sorted(pair for one in rounds for pair in one.pairs) == sorted(set(pairs))
+def test_pairs_measured_again_keep_their_rounds_and_leave_the_rest_out():
+    schedule = make_schedule(_hosts(3, 2), None)  # 6 ranks: 5 rounds of 3 pairs
+    wanted = [(2, 0), (0, 2), (1, 4), (3, 5)]  # a pair given either way round, or twice, is one pair
+    wanted = [(min(pair), max(pair)) for pair in wanted]
+    rounds = schedule.holding(wanted)
+    assert sorted(pair for one in rounds for pair in one.pairs) == sorted(set(wanted))
+    # each pair in the round that held it in the pass: disjoint pairs, and no more rounds than the pass
     for one in rounds:
+        (original,) = [known for known in schedule.rounds if set(one.pairs) <= set(known.pairs)]
         ranks = [rank for pair in one.pairs for rank in pair]
-        assert len(ranks) == len(set(ranks))
-    assert len(rounds) == 3  # 0-1, 0-2 and 1-2 share ranks pairwise: three rounds at least
-    assert pack_rounds(list(reversed(pairs))) == rounds
+        assert len(ranks) == len(set(ranks)) and original.pairs != one.pairs
+    assert len(rounds) <= len(schedule.rounds)
+    assert schedule.holding([]) == ()

@@ -1,5 +1,5 @@
-"""compare, plot, report, explain, the α-β fit and commbench.load work on saved files without importing
-torch, as functions and as commands."""
+"""compare, plot, report, explain, iterations, the α-β fit and commbench.load work on saved files without
+importing torch, as functions and as commands."""
 
 import subprocess
 import sys
@@ -9,8 +9,8 @@ import pytest
 from tests.dist_helpers import ROOT, launcherless_env
 
 READING_MODULES = ("commbench.analysis.compare", "commbench.analysis.gate", "commbench.analysis.plot",
-                   "commbench.analysis.report", "commbench.analysis.explain", "commbench.results.fit",
-                   "commbench.results.frame")
+                   "commbench.analysis.report", "commbench.analysis.explain", "commbench.analysis.iterations",
+                   "commbench.results.fit", "commbench.results.frame")
 
 
 def _python(*args: str) -> subprocess.CompletedProcess:

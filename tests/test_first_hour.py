@@ -235,7 +235,7 @@ def test_python_m_commbench_says_in_one_line_which_folder_hides_the_package(tmp_
     assert result.stderr.splitlines() == [
         f"commbench: error: the folder {tmp_path / 'commbench'} hides the installed commbench package "
         "(python -m puts the working directory first on the import path): run from another directory, "
-        "or start python with -P"]
+        "or set PYTHONSAFEPATH=1 for the ranks (export it; mpirun: -x PYTHONSAFEPATH=1)"]
 
 
 def test_the_version_is_importable():

@@ -125,7 +125,7 @@ class SlowToFinishBackend(TorchDistBackend):
 
 def _sweep_with_a_straggler(rank: int, world_size: int) -> list:
     backend = SlowToFinishBackend("gloo", torch.device("cpu"))
-    config = resolve(run_config(sizes=parse_sizes("1K,4K"), iters=8, warmup=1))
+    config = resolve(run_config(sizes=parse_sizes("1K,2K,4K"), iters=8, warmup=1))  # 3: a pattern
     plan = split_world(world_size, world_size)
     return run_sweep(config, backend, NullOutput(), Session(Membership(plan, None, rank)))
 

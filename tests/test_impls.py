@@ -28,8 +28,8 @@ H200 = Capabilities("nccl", "cuda", "2.13.0", (2, 28, 9), {}, KERNELS)
 
 
 def setting(collective="all_reduce", dtype="float32", op="sum", placement="out-of-place", ranks=8,
-            capabilities=H200, whole_world=True) -> Setting:
-    return Setting(collective, dtype, op, placement, ranks, whole_world, capabilities)
+            capabilities=H200, whole_world=True, hosts=1) -> Setting:
+    return Setting(collective, dtype, op, placement, ranks, whole_world, capabilities, hosts)
 
 
 def test_on_gloo_every_implementation_but_c10d_refuses_with_its_reason():
@@ -74,6 +74,14 @@ def test_sizes_torch_would_refuse_are_refused_per_size():
         "torch's reduce_scatter_out needs the elements a multiple of 4 (here 2)"
 
 
+def test_torchs_cuda_symmetric_memory_is_refused_for_groups_that_span_hosts():
+    for name in ("symm-one-shot", "symm-two-shot", "symm-multimem"):
+        assert REGISTRY[name].refusal(setting(hosts=2)).startswith(
+            "runs within one host only (a group here spans 2): torch's CUDA symmetric memory"), name
+        assert REGISTRY[name].refusal(setting(hosts=1)) is None, name
+    assert REGISTRY["nccl-symm"].refusal(setting(hosts=2)) is None  # NCCL falls back across hosts
+
+
 def test_nccl_symmetric_windows_flag_what_nccl_runs_on_its_regular_kernels():
     symm = REGISTRY["nccl-symm"]
     assert symm.expected_fallback(setting()) is None
@@ -102,6 +110,18 @@ def test_this_process_probe_names_what_a_cpu_run_lacks():
     assert all(found.kernel_missing(op) is None for op in found.kernels)
 
 
+def test_a_probe_that_raises_makes_its_feature_missing_instead_of_ending_the_sweep():
+    import torch
+
+    from commbench.backends.capabilities import Site, run_probe
+
+    def nvshmem_without_its_library(site):
+        raise RuntimeError("libnvshmem_host.so.3: cannot open shared object file\nframes ...")
+
+    assert run_probe(nvshmem_without_its_library, Site(torch.device("cpu"))) == \
+        "probing it raised RuntimeError: libnvshmem_host.so.3: cannot open shared object file"
+
+
 def test_every_implementation_asks_for_kinds_the_backend_has():
     from commbench.backends.paths import COMMUNICATOR_KINDS, MEMORY_KINDS, start_path
 
@@ -110,7 +130,7 @@ def test_every_implementation_asks_for_kinds_the_backend_has():
     assert all(path.memory in MEMORY_KINDS and path.communicator in COMMUNICATOR_KINDS
                for path in paths.values() if path is not None)
     with pytest.raises(ValueError, match="no memory kind 'pinned' \\(it has plain, nccl-registered"):
-        start_path(replace(paths["nccl-ubr"], memory="pinned"), None, [[0]], None, None, None)
+        start_path(replace(paths["nccl-ubr"], memory="pinned"), None, [[0]], None, None, None, None)
 
 
 def test_the_registry_holds_one_reference():
@@ -156,6 +176,19 @@ def test_the_side_by_side_table_names_the_fastest_and_the_reasons():
     assert [point.fastest for point in compare_sizes(rows)] == ["symm-one-shot", "c10d"]
 
 
+def test_out_of_place_the_side_by_side_table_says_which_times_hold_a_copy():
+    rows = [row(placement="out-of-place"), row("symm-one-shot", placement="out-of-place", impl_status="ran"),
+            row("nccl-symm", placement="out-of-place", impl_status="ran")]
+    footer = side_by_side_table(rows).footer
+    assert ("out of place: c10d, nccl-symm time a copy of the input into the output and then all_reduce in "
+            "place (it works in place); symm-one-shot write the output directly: the difference includes "
+            "that copy") in footer
+    in_place = [replace(line, placement="in-place") for line in rows]
+    assert not any(line.startswith("out of place") for line in side_by_side_table(in_place).footer)
+    same_work = [row(placement="out-of-place"), row("nccl-symm", placement="out-of-place")]
+    assert not any(line.startswith("out of place") for line in side_by_side_table(same_work).footer)
+
+
 def test_check_reports_where_implementations_outputs_differ():
     same = [row(output_digest="aa"), row("nccl-symm", output_digest="aa")]
     assert output_differences(same) == []
@@ -176,6 +209,9 @@ def test_kernel_names_prove_a_path_or_betray_a_fallback():
     zero = REGISTRY["cta-zero"].evidence
     assert judge_kernels(zero, ["Memcpy DtoD (Device -> Device)"], 1)[0] == "ran"  # one rank copies anyway
     assert judge_kernels(Evidence(), [], 8) == ("", "")
+    # at one rank NCCL launches no kernel for an all-reduce at all, symmetric windows or not
+    assert judge_kernels(symm, ["Memcpy DtoD (Device -> Device)"], 1)[0] == "ran"
+    assert judge_kernels(symm, ["Memcpy DtoD (Device -> Device)"], 2)[0] == "fallback"
 
 
 def test_nccl_logs_symmetric_choice_and_registration_refusals():

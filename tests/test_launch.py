@@ -48,7 +48,7 @@ def test_torchrun_wins_over_slurm_variables():
 
 
 def test_missing_master_address_says_what_to_set():
-    with pytest.raises(UsageError, match="MASTER_ADDR and MASTER_PORT is not: export MASTER_ADDR="):
+    with pytest.raises(UsageError, match="MASTER_ADDR and MASTER_PORT are not: export MASTER_ADDR="):
         detect({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
     with pytest.raises(UsageError, match="MASTER_PORT is not"):
         detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "1", "MASTER_ADDR": "n0"})

@@ -6,6 +6,7 @@ test lists everything past a limit at once, so that whoever looks sees the whole
 that holds one job may grow past 400 lines without being cut along no seam."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 7
 # Packages whose __init__ is their public API: the rest of the code imports only that.
 PUBLIC_API_PACKAGES = ("commbench.coordination",)
+SOURCES = sorted(PACKAGE.rglob("*.py"))
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -125,3 +127,60 @@ def test_the_layers_contract_holds():
     result = subprocess.run([str(lint_imports), "--no-logo", "--no-cache"], cwd=PACKAGE.parent,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+# The modules that read environment variables, as docs/architecture.md lists them ("Invariants").
+READS_ENVIRONMENT = {"cli/main.py", "config/launch.py", "fabric/command.py", "provenance/probing.py",
+                     "running/launch.py", "running/rank.py", "running/rank_start.py", "running/spawn.py"}
+
+
+def _reads_environment(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" \
+                and node.attr in ("environ", "getenv", "environb", "putenv", "unsetenv"):
+            return True
+    return False
+
+
+def test_the_modules_that_read_the_environment_are_the_ones_the_architecture_names():
+    found = {str(path.relative_to(PACKAGE)) for path in SOURCES
+             if _reads_environment(ast.parse(path.read_text()))}
+    assert found == READS_ENVIRONMENT
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    invariant = text[text.index("- Environment variables are read"):]
+    invariant = invariant[:invariant.index("\n- ")]
+    for module in READS_ENVIRONMENT:
+        package, name = module.split("/")
+        assert f"`{module}`" in invariant or f"`{name}`" in invariant, module
+
+
+def _module_map() -> set[str]:
+    """Every module docs/architecture.md's module map names: `pkg/mod.py`, or a bare `mod.py` after one of
+    its package in the same row."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    table = text[text.index("## Module map"):]
+    table = table[:table.index("\n## ", 1)]
+    named = set()
+    for line in table.splitlines():
+        if not line.startswith("|"):
+            continue
+        package = ""
+        for module, directory in re.findall(r"`([\w/]+\.py)`|`([\w/]+)/`", line):
+            if directory:  # a package named whole: its modules, and the package of bare names after it
+                package = directory
+                named.update(str(path.relative_to(PACKAGE)) for path in (PACKAGE / directory).rglob("*.py"))
+            elif "/" in module:
+                package = module.rsplit("/", 1)[0]
+                named.add(module)
+            else:
+                named.add(f"{package}/{module}" if package else module)
+    return named
+
+
+def test_the_module_map_names_every_module():
+    modules = {str(path.relative_to(PACKAGE)) for path in SOURCES if path.name != "__init__.py"}
+    assert sorted(modules - _module_map()) == []
+    # outside the package (scripts/), named beside the module that serves them
+    named_elsewhere = {name for name in _module_map() - modules if (PACKAGE.parent / name).exists()}
+    assert sorted(name for name in _module_map() - modules - named_elsewhere
+                  if not name.endswith("__init__.py")) == []

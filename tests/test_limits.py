@@ -15,8 +15,8 @@ from commbench.core.devices import MemoryBudget
 from commbench.core.sizes import MAX_SIZES, parse_sizes
 from commbench.errors import RunError, UsageError
 from commbench.patterns.models import MAX_UNITS, parse_model
-from commbench.replay import command
-from commbench.replay.command import ReplayConfig, load_selected, mapped_plan
+from commbench.replay import config as replay_config
+from commbench.replay.config import ReplayConfig, load_selected, mapped_plan
 from commbench.replay.loading import load_plain_pickle
 from commbench.running import spawn
 from commbench.running.launch import MAX_RANKS_PER_CORE, check_local_ranks
@@ -134,7 +134,7 @@ def test_a_replay_beyond_the_operations_it_runs_is_refused_before_it_starts(reco
     # hundred thousand would take a minute to make or read here
     directory = str(recordings.recording("ddp").directory)
     assert load_selected(ReplayConfig(traces=[directory])).ops[0]
-    monkeypatch.setattr(command, "MAX_REPLAY_OPS", 5)
+    monkeypatch.setattr(replay_config, "MAX_REPLAY_OPS", 5)
     with pytest.raises(UsageError, match="rank 0's recording holds 10 operations in the window, more than "
                                          "the 5 a replay runs: choose a window with --select"):
         load_selected(ReplayConfig(traces=[directory]))

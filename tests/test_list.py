@@ -8,9 +8,12 @@ from commbench.measure.collectives import REGISTRY
 from tests.dist_helpers import collectives_gloo_refuses, commbench
 
 
-def _row(stdout: str, *first_cells: str) -> list[str]:
-    """The cells of the table row that starts with ``first_cells``."""
-    for line in stdout.splitlines():
+def _row(stdout: str, *first_cells: str, table: str = "") -> list[str]:
+    """The cells of the table row that starts with ``first_cells`` (in the table whose title starts with
+    ``table``)."""
+    lines = stdout.splitlines()
+    start = next((index for index, line in enumerate(lines) if table and line.startswith(table)), 0)
+    for line in lines[start:]:
         cells = [cell.strip() for cell in line.replace("┃", "│").strip("│ ").split("│")]
         if cells[: len(first_cells)] == list(first_cells):
             return cells
@@ -23,8 +26,10 @@ def test_list_probes_gloo_on_two_local_ranks():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith("backend gloo · device cpu · 2 ranks")
+    assert max(len(line) for line in out.splitlines() if "│" in line or "┃" in line) <= 100  # any terminal
     header = _row(out, "collective", "busbw factor n=2/4/8")
-    assert header[2:5] == ["placements", "sync", "async"] and header[5] == "fp32"
+    assert header[2:] == ["placements", "sync", "async"]
+    assert _row(out, "collective", table="dtypes")[1] == "fp32"
     refused = collectives_gloo_refuses()  # all_to_all before torch 2.12
     for name in REGISTRY:
         cells = _row(out, name)
@@ -41,13 +46,22 @@ def test_list_probes_gloo_on_two_local_ranks():
     assert _row(out, "all_reduce")[1] == "1/1.5/1.75"  # 2(n-1)/n
     assert _row(out, "all_reduce")[2] == "in-place, out-of-place"  # the default first
     assert _row(out, "broadcast")[2] == "in-place"
-    assert _row(out, "all_reduce")[5] == "✓"  # float32
-    assert set(_row(out, "barrier")[5:]) == {"-"}  # no data, no dtype
+    assert _row(out, "all_reduce", table="dtypes")[1] == "✓"  # float32
+    dtypes = out[out.index("dtypes (sync, op sum)"):out.index("reduce ops")]
+    assert "│ barrier " not in dtypes and "│ all_reduce " in dtypes  # no data, no dtype: not in that table
     # premul_sum is NCCL's: gloo refuses it, and the listing says why
-    assert set(_row(out, "all_reduce", "premul_sum")[2:]) == {"✗"}
-    assert _row(out, "all_reduce", "sum")[2] == "✓"
+    assert set(_row(out, "premul_sum", table="reduce ops")[1:]) == {"✗"}
+    assert _row(out, "sum", table="reduce ops")[1] == "✓"
     assert "why refused:" in out
     assert "premul_sum is NCCL's pre-multiplied sum; the gloo backend does not have it" in out
+    # the parity options, with what --flush-cache writes over on this host
+    from commbench.core.devices import approximate_bytes
+    from commbench.measure.cache import cpu_cache_bytes
+
+    assert "--splits): spread:F, distance:F, zipf:S or a file" in out
+    cache = cpu_cache_bytes()
+    assert (f"--flush-cache writes {approximate_bytes(cache)} here (the last-level cache, from sysfs)"
+            if cache else "--flush-cache writes 64 MiB here (a default") in out
 
 
 def test_list_refuses_an_unavailable_backend_before_starting(capsys):

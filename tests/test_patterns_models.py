@@ -123,7 +123,7 @@ BAD_COMMANDS = [
     (["--model", "missing.yaml"], "model spec missing.yaml: no such file"),
     (["--model", "tiny", "--layers", "3"], "--layers 3: model tiny has 2 layers"),
     (["--model", "tiny", "--bucket-mb", "1,big"], "--bucket-mb: 'big' is neither a size in MiB nor 'unit'"),
-    (["--model", "tiny", "--fallback", "lists"], "Invalid value for '--fallback'"),
+    (["--model", "tiny", "--fallback", "lists"], "unknown --fallback 'lists' (did you mean list?)"),
 ]
 
 

@@ -11,11 +11,11 @@ from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.config.launch import LaunchConfig
 from commbench.errors import UsageError
-from commbench.patterns.commands import DEFAULT_MOE_MODEL
+from commbench.patterns.config import DEFAULT_MOE_MODEL, ParallelConfig, resolve_parallel
 from commbench.patterns.measure import step_dry
 from commbench.patterns.models import load_model, preset_names
 from commbench.patterns.moe import MoeStep, Router, imbalance
-from commbench.patterns.parallel import GroupInfo, Mesh, ParallelConfig, resolve_parallel
+from commbench.patterns.parallel import GroupInfo, Mesh
 from commbench.patterns.pp import bubble_fraction, one_f_one_b
 from commbench.patterns.schedule import Label
 from commbench.patterns.sharding import dim0_chunk

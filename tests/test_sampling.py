@@ -2,6 +2,7 @@
 
 import math
 import random
+import statistics
 import time
 
 import pytest
@@ -9,10 +10,13 @@ import torch
 
 from commbench.backends.base import CollectiveArgs
 from commbench.backends.torch_dist import TorchDistBackend
+from commbench.config.sweep import resolve, run_config
 from commbench.measure.collectives import REGISTRY
-from commbench.measure.sampling import IterationBudget, SamplingPolicy, collect, sync_samples
-from commbench.measure.stats import median_ci95, summarize
+from commbench.measure.sampling import SamplingPolicy, collect, next_batch, warm_up_for, warming_done
+from commbench.measure.stats import ci95_rel, median_ci95, summarize
 from commbench.measure.timing import BoundOp, time_async
+from commbench.running.runner import run_sweep
+from commbench.writers.output import NullOutput
 from tests.dist_helpers import commbench, run_ranks
 
 
@@ -22,35 +26,68 @@ def _policy(**changes) -> SamplingPolicy:
     return SamplingPolicy(**values)
 
 
-def test_count_fits_the_budget_between_the_bounds():
-    budget = IterationBudget(_policy())
-    assert budget.choose(1024, 0.001) == 500  # 0.5 s / 1 ms
-    assert IterationBudget(_policy()).choose(1024, 1e-6) == 1000  # capped by --max-iters
-    assert IterationBudget(_policy()).choose(1024, 2.0) == 5  # --min-iters even when over budget
+def test_every_adaptive_row_gets_the_samples_a_95_percent_interval_needs():
+    assert _policy().fewest() == 6  # --min-iters 5 is below the 6 the interval needs
+    assert _policy(min_iters=30).fewest() == 30
+    assert _policy(max_iters=4).fewest() == 4  # an explicit --max-iters below 6 wins
+    # out of time after one sample, imprecise: the sixth still comes, however long ops take
+    assert next_batch([2.0], taken=1, most=1000, ops_per_sample=1, policy=_policy()) == 5
+    six = [2 * value for value in _spread(6, 0.5)]  # 12 s, ten times too wide
+    assert next_batch(six, taken=6, most=1000, ops_per_sample=1, policy=_policy()) == 0
 
 
-def test_sync_counts_give_an_interval_from_20_samples_or_none():
-    policy = _policy()  # 0.5 s per size, --min-iters 5
-    assert sync_samples(500, 0.001, policy) == 500
-    assert sync_samples(5, 0.1, policy) == 5  # too few for an interval: as budgeted
-    assert sync_samples(25, 0.02, policy) == 40  # 40 x 20 ms fit in twice the budget
-    assert sync_samples(30, 0.03, policy) == 30  # 40 x 30 ms would not; 30 are more than 20
-    assert sync_samples(12, 0.04, policy) == 20  # 20 x 40 ms fit in twice the budget
-    assert sync_samples(8, 0.06, policy) == 5  # 20 x 60 ms would not: no interval
-    assert sync_samples(12, 0.01, _policy(max_iters=15)) == 15
+def _spread(count: int, relative: float) -> list[float]:
+    """``count`` evenly spread samples with median 1.0 whose median interval is ``relative`` of it."""
+    offsets = [2 * index / (count - 1) - 1 for index in range(count)]
+    unit = ci95_rel([1.0 + 0.1 * offset for offset in offsets]) / 0.1
+    return [1.0 + relative / unit * offset for offset in offsets]
 
 
-def test_count_never_rises_with_size():
-    budget = IterationBudget(_policy())
-    probes = {1024: 0.004, 4096: 0.001, 16384: 0.0005, 65536: 0.01}  # noisy: 4K probed faster than 1K
-    counts = [budget.choose(size, probe) for size, probe in probes.items()]
-    assert counts == [125, 125, 125, 50]
-    # sizes given out of order still give a non-increasing count over size
-    shuffled = IterationBudget(_policy())
-    counts = {size: shuffled.choose(size, probe) for size, probe in
-              [(65536, 0.01), (1024, 0.004), (16384, 0.0005)]}
-    ordered = [counts[size] for size in sorted(counts)]
-    assert ordered == sorted(ordered, reverse=True)
+def test_sampling_stops_once_the_median_is_known_to_the_precision_asked_for():
+    policy = _policy(precision=0.05)
+    precise = [1e-4] * 12
+    assert next_batch(precise, taken=12, most=1000, ops_per_sample=1, policy=policy) == 0
+    wide = [value * 1e-4 for value in _spread(12, 0.2)]
+    assert next_batch(wide, taken=12, most=1000, ops_per_sample=1, policy=policy) == 12
+
+
+def test_a_batch_asks_for_what_the_width_says_is_missing_within_the_time_left():
+    policy = _policy(time_per_size=0.505, precision=0.05)
+    wide = _spread(41, 0.3)  # six times too wide: wants 36 times the samples; at most doubles
+    assert statistics.median(wide) == 1.0
+    assert next_batch([value * 1e-4 for value in wide], 41, 1000, 1, policy) == 41
+    # 41 ops of 10 ms (median and mean) took 0.41 s: time for 9.5 more
+    assert next_batch([value * 1e-2 for value in wide], 41, 1000, 1, policy) == 9
+    assert next_batch([value * 1.25e-2 for value in wide], 41, 1000, 1, policy) == 0  # the time is spent
+    assert next_batch([value * 1e-4 for value in wide], 41, 50, 1, policy) == 9  # --max-iters
+    # async windows of 10 ops of 1 ms: a sample costs ten ops' time
+    assert next_batch([value * 1e-3 for value in wide], 41, 1000, 10, policy) == 9
+    nearly = [1e-4 * value for value in _spread(401, 0.06)]  # 1.2x too wide: 1.44 times the samples
+    assert ci95_rel(nearly) == pytest.approx(0.06)
+    wanted = math.ceil(401 * (ci95_rel(nearly) / 0.05) ** 2) - 401
+    assert 101 < wanted < 200 and next_batch(nearly, 401, 10_000, 1, policy) == wanted
+    # barely too wide: a quarter of what was taken, not a trickle of batches
+    assert next_batch([1e-4 * value for value in _spread(401, 0.0505)], 401, 10_000, 1, policy) == 101
+
+
+def test_a_slow_size_takes_no_samples_from_another():
+    # Each size is judged on its own samples and time: what one took is no input to the next
+    # (a single slow probe at 1 KiB once capped every larger size at --min-iters, issue 35).
+    policy = _policy()
+    fast = [value * 1e-4 for value in _spread(6, 0.5)]
+    assert next_batch(fast, 6, 1000, 1, policy) == 6  # whatever ran before at other sizes
+
+
+def test_warm_up_runs_until_the_time_stops_falling_or_its_share_is_spent():
+    policy = _policy(time_per_size=0.5, warmup=5)  # a share of 0.1 s
+    assert not warming_done([0.004], policy)  # the probe alone: warm up
+    assert not warming_done([0.004, 0.002], policy)  # still falling by more than a tenth
+    assert warming_done([0.004, 0.002, 0.0019], policy)  # within a tenth: steady
+    assert warming_done([0.004, 0.002, 0.003], policy)  # slower: steady (noise, not warm-up)
+    assert warming_done([0.6], policy)  # a 0.6 s op: the probe was warm-up enough
+    assert warming_done([0.04, 0.03, 0.02], policy)  # still falling, but one more would pass 0.1 s
+    assert warming_done([0.005, 0.004, 0.003, 0.002, 0.0015, 0.001], policy)  # --warmup 5 ran
+    assert warming_done([0.004], _policy(warmup=0))
 
 
 def test_median_interval_covers_the_true_median_95_percent_of_the_time():
@@ -83,33 +120,59 @@ def test_summary_spread_statistics():
 def _adaptive_counts(rank: int, world_size: int) -> dict:
     backend = TorchDistBackend("gloo", torch.device("cpu"))
     # Each rank is given a different policy: only rank 0's may decide, so all must still agree.
-    policy = _policy(time_per_size=0.05, max_iters=60 if rank == 0 else 7, min_iters=3, precision=0.001)
-    budget = IterationBudget(policy)
+    policy = _policy(time_per_size=0.05, max_iters=60 if rank == 0 else 7, min_iters=3, precision=0.001,
+                     warmup=3 if rank == 0 else 0)
     found = {}
     for size in (256, 4096, 65536, 1 << 20):
         buffer = torch.zeros(size // 4)
         args = CollectiveArgs(input=buffer, output=buffer)
+        op = BoundOp(backend, args, REGISTRY["all_reduce"].issue)
         for mode in ("sync", "async"):
-            sampled = collect(BoundOp(backend, args, REGISTRY["all_reduce"].issue), mode,
-                              budget if mode == "sync" else IterationBudget(policy), size)
-            found[(size, mode)] = (sampled.ops, len(sampled.per_rank_seconds[0]))
-    found["chosen"] = dict(budget._counts) if rank == 0 else None
+            args.async_op = mode == "async"
+            # ranks whose own clocks and policies differ: the gathered times decide warm-up alike
+            warmed, per_op = warm_up_for(op, policy, 0.001 * (rank + 1))
+            sampled = collect(op, mode, policy, per_op)
+            found[(size, mode)] = (warmed, sampled.ops, len(sampled.per_rank_seconds[0]))
     return found
 
 
 @pytest.mark.processes
 def test_adaptive_counts_are_decided_once_for_all_ranks():
     results = run_ranks(_adaptive_counts, 2)
-    chosen = results[0].pop("chosen")
-    results[1].pop("chosen")
-    assert results[0] == results[1]  # same number of ops and samples on every rank
-    counts = [chosen[size] for size in sorted(chosen)]
-    assert counts == sorted(counts, reverse=True) and max(counts) <= 60 and min(counts) >= 3
-    for (size, mode), (ops, samples) in results[0].items():
+    assert results[0] == results[1]  # same number of warm-up ops, ops and samples on every rank
+    for (_, mode), (_, ops, samples) in results[0].items():
         assert ops <= 60  # rank 0's --max-iters; rank 1's 7 played no part...
-        if mode == "sync":  # the count chosen, or 20 or 40 when it was below 40 (sync_samples)
-            assert ops == samples <= max(chosen[size], 40)
-    assert any(ops > 7 for ops, _ in results[0].values())  # ...as this shows
+        assert samples >= 6  # every row: the interval's samples, whatever rank 1's --max-iters says
+        if mode == "sync":
+            assert ops == samples
+    assert any(ops > 7 for _, ops, _ in results[0].values())  # ...as this shows
+
+
+class _OneSlowSizeBackend(TorchDistBackend):
+    """gloo, except that every op at 1 KiB (256 float32 elements in) takes 150 ms longer on rank 1."""
+
+    def wait(self, args: CollectiveArgs) -> None:
+        super().wait(args)  # every completion, sync ops too, passes through wait()
+        if self.rank == 1 and args.input is not None and args.input.numel() == 256:
+            time.sleep(0.15)
+
+
+def _sweep_after_a_slow_size(rank: int, world_size: int) -> list[tuple]:
+    backend = _OneSlowSizeBackend("gloo", torch.device("cpu"))
+    config = resolve(run_config(collectives=["all_reduce"], sizes=[1024, 4096, 16384], time_per_size=0.1,
+                                backend="gloo", device="cpu"))
+    return [(row.size_bytes, row.samples, row.ci95_rel) for row in run_sweep(config, backend, NullOutput())]
+
+
+@pytest.mark.processes
+def test_a_size_that_overruns_its_budget_starves_none_after_it():
+    # Issue 35: one slow size once capped every larger size at --min-iters (5 samples, no interval).
+    slow, *fast = run_ranks(_sweep_after_a_slow_size, 2)[0]
+    assert slow[0] == 1024 and slow[1] == 6 and slow[2] is not None  # the fewest with an interval
+    for size, samples, interval in fast:
+        # 0.1 s at well under 10 ms per op, unless the interval was within 5% sooner
+        assert samples > 6 or interval <= 0.05, (size, samples, interval)
+        assert interval is not None
 
 
 class _SlowWork:
@@ -226,7 +289,7 @@ def test_async_windows_hold_no_more_ops_than_memory_has_room_for(tmp_path):
     (["--min-iters", "50", "--max-iters", "10"], "--min-iters 50 is above --max-iters 10"),
     (["--precision", "5"], "--precision 5 must be a fraction between 0 and 1"),
     (["--time-per-size", "0"], "--time-per-size 0 must be above 0"),
-    (["--barrier", "always"], "Invalid value for '--barrier'"),
+    (["--barrier", "per-iteration"], "unknown --barrier 'per-iteration' (did you mean per-iter?)"),
     (["--max-memory", "lots"], "malformed size 'lots'"),
 ])
 def test_measurement_options_reject_bad_values(args, message):

@@ -1,6 +1,8 @@
 """--splits: the generated spread's formulas and the checks on split files (exit 2 naming the file)."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from commbench.core.splits import (
     check_element_sizes,
@@ -8,6 +10,8 @@ from commbench.core.splits import (
     chunk_counts,
     pair_counts,
     parse_splits,
+    plan_all_to_allv,
+    ring_distance,
     spread_weight,
 )
 from commbench.errors import UsageError
@@ -71,8 +75,51 @@ def test_bad_files_name_the_problem(tmp_path, name, content, message):
     assert str(path) in str(caught.value)
 
 
+@pytest.mark.parametrize("world_size", [2, 3, 4, 8])
+def test_distance_sends_the_uniform_total_the_nearest_ranks_the_most(world_size):
+    size, element = 1 << 20, 4
+    pairs = pair_counts(parse_splits("distance:1.5"), size, world_size, element)
+    uniform = size // (world_size * element)
+    for i in range(world_size):  # each rank sends and receives the uniform total, less rounding
+        assert world_size * uniform - world_size <= sum(pairs[i]) <= world_size * uniform
+        assert pairs[i] == tuple(pairs[j][i] for j in range(world_size))  # i to j as j to i
+        by_distance = sorted(range(world_size), key=lambda j: ring_distance(i, j, world_size))
+        sent = [pairs[i][j] for j in by_distance]
+        assert sent == sorted(sent, reverse=True) and sent[0] > sent[-1]  # nearer ranks get more
+    assert plan_all_to_allv(parse_splits("distance:0"), size, world_size, element).pair_counts == \
+        pair_counts(parse_splits("spread:0"), size, world_size, element)  # F = 0: the uniform all-to-all
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+def test_zipf_sends_every_rank_the_most_to_rank_0_which_moves_the_size(world_size):
+    size, element = 1 << 20, 4
+    spec = parse_splits("zipf:1")
+    pairs = pair_counts(spec, size, world_size, element)
+    uniform = size // (world_size * element)
+    assert len(set(pairs)) == 1  # every rank routes alike: the popularity of an expert is global
+    assert list(pairs[0]) == [uniform // (j + 1) for j in range(world_size)]  # 1, 1/2, 1/3, ... of c
+    plan = plan_all_to_allv(spec, size, world_size, element)
+    assert plan.size_bytes == size  # the hottest rank receives n x c: the size is its bytes
+    received = chunk_counts(spec, size, world_size, element, by_row=False)  # reduce_scatter_v's chunks
+    assert received == tuple(sum(row[r] for row in pairs) // world_size for r in range(world_size))
+    assert received[0] == max(received) and received[-1] == min(received)
+
+
+@given(kind=st.sampled_from(["distance", "zipf"]), factor=st.floats(0, 8, allow_nan=False),
+       world_size=st.integers(1, 16), elements=st.integers(0, 1 << 16))
+def test_generated_splits_parse_back_and_never_send_more_than_the_size(kind, factor, world_size, elements):
+    spec = parse_splits(f"{kind}:{factor!r}")
+    assert (spec.kind, spec.spread, spec.text) == (kind, factor, f"{kind}:{factor!r}")
+    size = elements * world_size * 4
+    plan = plan_all_to_allv(spec, size, world_size, 4)
+    assert all(count >= 0 for row in plan.pair_counts for count in row)
+    assert plan.size_bytes <= size  # the busiest rank moves the size at most, rounding down
+
+
 @pytest.mark.parametrize("text, message", [
     ("spread:2", "between 0 and 1"), ("spread:wide", "malformed --splits"), ("nowhere.csv", "no such file"),
+    ("zipf:-1", "S must be a finite number, at least 0"), ("distance:inf", "F must be a finite number"),
+    ("zipf:", "malformed --splits 'zipf:': expected zipf:S"),
 ])
 def test_bad_specs(text, message):
     with pytest.raises(UsageError, match=message):

@@ -8,23 +8,17 @@ import click
 import pytest
 
 from commbench.cli import main
-from commbench.cli.run import command_line_configs, run, sweep
-from commbench.config.launch import LAUNCH_FIELDS
-from commbench.config.sweep import RUN_FIELDS, RunConfig
+from commbench.cli.run import command_line_configs, run
+from commbench.config.launch import LaunchConfig
+from commbench.config.options import declared
+from commbench.config.sweep import RunConfig
 from commbench.config.sweepfile import field_keys
 from tests.dist_helpers import ROOT, commbench
 
 
-def option_defaults(command: click.Command) -> dict[str, object]:
-    """Every option of ``command`` at its default value, as click would pass it."""
-    context = click.Context(command)
-    return {param.name: param.get_default(context) for param in command.params
-            if isinstance(param, click.Option) and param.name}
-
-
 def _configs(path: Path, **typed: object) -> list[RunConfig]:
-    options = {**option_defaults(sweep), **typed}
-    return command_line_configs(sweep, str(path), options, set(typed), ["sweep", str(path)])
+    """The benchmarks of a sweep file with ``typed`` as the fields typed on the command line."""
+    return command_line_configs(str(path), dict(typed), ["sweep", str(path)])
 
 
 @pytest.mark.processes
@@ -76,14 +70,13 @@ def test_shipped_configs_cover_the_documented_sweeps():
     assert min(_configs(ROOT / "configs" / "bandwidth.yaml")[0].sizes) >= 16 * 1024**2
 
 
-def test_every_runconfig_field_and_run_option_is_a_key():
+def test_every_declared_option_and_run_option_is_a_key():
     keys = field_keys()
-    assert {*RUN_FIELDS, *LAUNCH_FIELDS} - {"argv", "all_collectives"} <= set(keys)  # both set by the program
+    assert {item.name for item in (*declared(RunConfig), *declared(LaunchConfig))} <= set(keys)
+    assert {"argv", "all_collectives", "split_matrix", "launch"}.isdisjoint(keys)  # set by the program
     spelled = {opt[2:] for param in run.params if isinstance(param, click.Option) for opt in param.opts
                if opt.startswith("--")} - {"config"}
-    from commbench.cli.run import sweep_file_aliases
-
-    assert spelled <= set(field_keys(sweep_file_aliases(run)))
+    assert spelled <= set(keys)
 
 
 def test_values_take_the_command_lines_forms_and_yaml_lists(tmp_path):

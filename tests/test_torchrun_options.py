@@ -70,7 +70,9 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                       "--placement", "in-place", "--check", "--check-every", "2", "--splits", "spread:0.25",
                       "--p2p-window", "4", "--premul-factor", "0.25", "--duration", "1h", "--repeat", "1",
                       "--nccl-debug", "--expect", str(floor), "--fail-below", "1",
-                      "--impl", "c10d", "--profile-kernels")
+                      "--impl", "c10d", "--profile-kernels", "--per-iteration", "--misalign", "4",
+                      "--buffers", "2", "--flush-cache", "--memory", "--concurrent", "1",
+                      "--concurrent-groups", "same", "--with-compute", "0")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     meta = json.loads(json_path.read_text())["meta"]
@@ -92,6 +94,9 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
     assert (config["nccl_debug"], config["expect"], config["fail_below"]) == (True, str(floor), 1.0)
     assert (config["duration_s"], config["passes"]) == (3600.0, 1)  # one pass: --repeat bounds the soak
     assert config["impls"] == ["c10d"] and config["profile_kernels"] is True
+    assert (config["per_iteration"], config["misalign"], config["buffer_sets"]) == (True, 4, 2)
+    assert (config["flush_cache"], config["memory"], config["concurrent"]) == (True, True, 1)
+    assert (config["concurrent_groups"], config["with_compute"]) == ("same", 0)
     assert csv_path.read_text().count("\n") == 3  # header + sync + async
     rows = json.loads(json_path.read_text())["rows"]
     assert [(row["placement"], row["wrong"]) for row in rows] == [("in-place", 0), ("in-place", 0)]
@@ -109,7 +114,8 @@ def test_every_run_option_reaches_commbench_through_torchrun(tmp_path):
                  "--groups", "--config", "--format",
                  "--placement", "--check", "--check-every", "--splits", "--p2p-window", "--premul-factor",
                  "--nccl-debug", "--expect", "--fail-below", "--duration", "--repeat", "--impl",
-                 "--profile-kernels"}
+                 "--profile-kernels", "--per-iteration", "--misalign", "--buffers", "--flush-cache",
+                 "--memory", "--concurrent", "--concurrent-groups", "--with-compute"}
     # a new option added to `run` must be added to this pass-through run too
     assert run_options - ONLY_WITHOUT_A_LAUNCHER - {"--help"} == exercised
 

@@ -371,10 +371,10 @@ def summary_table(comparison: RunComparison) -> TextTable:
             interval = interval_text(found.change)
             significance = _significance(found.change, found.q_value, found.significant)
         rows.append([name, str(count), change_text(ratio), interval, significance, f"{slower}/{faster}"])
-    return TextTable("summary per collective (change: the geometric mean of its points' changes; interval "
-                     "and significance: of each pass's mean over the points)",
-                     ["collective", "points", "change", "95% new/base", "significant",
-                      "slower/faster"], rows, left_columns=1)
+    columns = ["collective", "points", "change", "95% new/base", "significant", "slower/faster"]
+    return TextTable("summary per collective", columns, rows, left_columns=1,
+                     footer=["change: the geometric mean of its points' changes; interval and significance: "
+                             "of each pass's mean over the points"])
 
 
 def unmatched_lines(comparison: RunComparison) -> list[str]:

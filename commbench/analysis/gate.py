@@ -16,6 +16,7 @@ mismatch is a warning on stderr.
 import math
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from commbench.analysis.compare import (
     RunComparison,
@@ -34,7 +35,7 @@ from commbench.core.words import plural
 from commbench.errors import UsageError
 from commbench.results.kinds import check_comparable
 from commbench.results.saved import SavedRun, expand_paths, load_run
-from commbench.writers.console import TextTable, make_console, markdown_table, print_table
+from commbench.writers.console import TABLE_WIDTH, TextTable, make_console, markdown_table, print_table
 
 REPEAT_HINT = ("run both sides with --repeat 5 or more (or give a side several files: compare --base "
                "BASE.json ... NEW.json ...)")
@@ -116,6 +117,8 @@ class Printer:
 
 def show_comparison(out: Printer, comparison: RunComparison) -> None:
     heading = f"base {comparison.base.describe()} vs new {comparison.new.describe()}"
+    if not out.markdown and len(heading) > TABLE_WIDTH:  # two lines rather than one wrapped or too wide
+        heading = f"base {comparison.base.describe()}\nvs new {comparison.new.describe()}"
     out.say(f"## {heading}\n" if out.markdown else heading)
     for side in (comparison.base, comparison.new):
         for run in side.incomplete():
@@ -127,8 +130,14 @@ def show_comparison(out: Printer, comparison: RunComparison) -> None:
     if comparison.pairs:
         out.show(summary_table(comparison))
         out.say(statistics_note(comparison))
+        out.say(COMPARE_KEY)
     for line in unmatched_lines(comparison):
         out.say(f"    {line}" if out.markdown and line.startswith("  ") else line)
+
+
+COMPARE_KEY = ("key: q: a point's p-value adjusted for the number of points compared (significant below "
+               "the false discovery rate) · base spread: how far the base's passes' p50s differ, of how many "
+               "passes · docs/results.md")
 
 
 def statistics_note(comparison: RunComparison) -> str:
@@ -233,9 +242,16 @@ def _sides(paths: list[str], base_paths: list[str]) -> tuple[list[SavedRun], lis
         return base, [news]
     files = expand_paths(paths)
     if len(files) < 2:
-        raise UsageError("compare needs at least two results files: BASE.json NEW.json [MORE.json ...] "
-                         "(or --base BASE.json NEW.json)")
+        twice = f" ({paths[0]} is given twice)" if len(paths) > 1 else ""
+        raise UsageError(f"compare needs two different results files{twice}: BASE.json NEW.json [MORE.json "
+                         "...] (or --base BASE.json NEW.json)")
     runs = [load_run(path) for path in files]  # every file is read before anything is printed
+    seen: dict[Path, str] = {}
+    for given, run in zip(files, runs, strict=True):
+        first = seen.setdefault(run.path.resolve(), str(given))
+        if first != str(given):
+            raise UsageError(f"{first} and {given} are the same run ({run.path}): compare needs two "
+                             "different results files")
     return [runs[0]], [[run] for run in runs[1:]]
 
 

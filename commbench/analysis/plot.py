@@ -1,5 +1,10 @@
 """plot: busbw against size and latency (p50) against size, log axes, one line per run and series.
 
+A run of several passes (--repeat, --duration) draws each size once: the median over its passes, with a
+band from the fastest pass to the slowest, never a line through every pass. Every line has its colour
+(a run's lines and a collective's differ by colour, runs by style too); x ticks fall on powers of 4, or
+on the sizes measured when the range holds fewer than two of those (a replay's few sizes).
+
 matplotlib is a dependency, imported only when a plot is drawn; it renders off-screen (Agg), so a plot
 works on a headless node. The legend sits below the panels, inside the figure (its columns are chosen
 so that it fits the width, the figure grows to fit its rows); runs are named in it by what differs
@@ -56,7 +61,14 @@ class Line:
     run: SavedRun
     benchmark: str
     series: dict[str, Any]
-    rows: list[Row]
+    rows: list[Row]  # every pass's, sizes ascending
+
+    def points(self) -> list[tuple[int, list[Row]]]:
+        """Each size with its rows (one per pass), sizes ascending."""
+        by_size: dict[int, list[Row]] = {}
+        for row in self.rows:
+            by_size.setdefault(row.size_bytes, []).append(row)
+        return sorted(by_size.items())
 
 
 def collect_lines(runs: Iterable[SavedRun], collectives: list[str] | None = None) -> list[Line]:
@@ -163,30 +175,64 @@ def short_size(num_bytes: float) -> str:
     return f"{num_bytes:.0f}"
 
 
-def _draw_lines(panels: tuple[Any, Any], lines: list[Line], runs: list[SavedRun], palette: list[str]) -> None:
-    """Each line on both panels. The same series has the same colour in every run; runs differ by style."""
+def line_colours(count: int) -> list[Any]:
+    """``count`` colours, all different: matplotlib's ten, then twenty, then as many from a wide map."""
+    import matplotlib
+
+    for name, size in (("tab10", 10), ("tab20", 20)):
+        if count <= size:
+            return [matplotlib.colormaps[name](index) for index in range(count)]
+    spread = matplotlib.colormaps["turbo"]
+    return [spread(index / max(1, count - 1)) for index in range(count)]
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _draw_lines(panels: tuple[Any, Any], lines: list[Line], runs: list[SavedRun]) -> None:
+    """Each line on both panels, in a colour of its own; runs differ by style too. A size measured in
+    several passes is their median, with a band from the fastest to the slowest."""
     bandwidth, latency = panels
-    colours: dict[tuple, str] = {}
     run_index = {id(run): index for index, run in enumerate(runs)}
-    for line, label in zip(lines, line_labels(lines), strict=True):
-        key = (line.benchmark, tuple(line.series.items()))
-        colour = colours.setdefault(key, palette[len(colours) % len(palette)])
+    for line, label, colour in zip(lines, line_labels(lines), line_colours(len(lines)), strict=True):
         style = {"color": colour, "linestyle": LINE_STYLES[run_index[id(line.run)] % len(LINE_STYLES)],
                  "marker": "o", "markersize": 3, "label": label}
-        with_bw = [(row.size_bytes, row.busbw_gbps) for row in line.rows if row.busbw_gbps]
+        points = line.points()
+        sizes = [size for size, _ in points]
+        times = [[row.time_us_p50 for row in rows] for _, rows in points]
+        latency.plot(sizes, [_median(found) for found in times], **style)
+        with_bw = [(size, [row.busbw_gbps for row in rows if row.busbw_gbps]) for size, rows in points]
+        with_bw = [(size, found) for size, found in with_bw if found]
         if with_bw:
-            bandwidth.plot(*zip(*with_bw, strict=True), **style)
-        latency.plot([row.size_bytes for row in line.rows], [row.time_us_p50 for row in line.rows], **style)
+            bandwidth.plot([size for size, _ in with_bw], [_median(found) for _, found in with_bw], **style)
+        if any(len(rows) > 1 for _, rows in points):  # passes: their range as a band
+            latency.fill_between(sizes, [min(found) for found in times], [max(found) for found in times],
+                                 color=colour, alpha=0.15, linewidth=0)
+            if with_bw:
+                bandwidth.fill_between([size for size, _ in with_bw], [min(found) for _, found in with_bw],
+                                       [max(found) for _, found in with_bw], color=colour, alpha=0.15,
+                                       linewidth=0)
 
 
-def _format_axes(panels: tuple[Any, Any]) -> None:
-    from matplotlib.ticker import FuncFormatter, LogLocator
+def _format_axes(panels: tuple[Any, Any], sizes: list[int]) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
+    low, high = min(sizes), max(sizes)
+    powers_of_4 = [4**exponent for exponent in range(64) if low <= 4**exponent <= high]
     for axes, name, title in zip(panels, ("busbw (GB/s)", "p50 time (µs)"), ("bus bandwidth", "latency"),
                                  strict=True):
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
-        axes.xaxis.set_major_locator(LogLocator(base=4))
+        if len(powers_of_4) >= 2:
+            axes.xaxis.set_major_locator(LogLocator(base=4))
+        else:  # a narrow range: label the sizes measured, at most eight of them
+            shown = sorted(set(sizes))
+            step = max(1, -(-len(shown) // 8))
+            axes.xaxis.set_major_locator(FixedLocator(shown[::step]))
+            axes.xaxis.set_minor_locator(NullLocator())
         axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: short_size(value)))
         axes.set_xlabel("size (bytes)")
         axes.set_ylabel(name)
@@ -218,8 +264,8 @@ def draw(runs: list[SavedRun], collectives: list[str] | None = None, title: str 
                          f"{', '.join(str(run.path) for run in runs)}")
     figure = pyplot.figure(figsize=(FIGURE_WIDTH_IN, PANELS_HEIGHT_IN), layout="constrained")
     panels = tuple(figure.subplots(1, 2))
-    _draw_lines(panels, lines, runs, pyplot.rcParams["axes.prop_cycle"].by_key()["color"])
-    _format_axes(panels)
+    _draw_lines(panels, lines, runs)
+    _format_axes(panels, [row.size_bytes for line in lines for row in line.rows])
     figure.suptitle(title or plot_title(runs))
     _place_legend(figure, *panels[1].get_legend_handles_labels())
     return figure

@@ -2,7 +2,8 @@
 
 For each run its metadata, then plots (PNG images embedded as base64 data URIs, one per collective),
 the tables with their α-β fits, all fits in one table (with their reliability, docs/fit.md), and with
-several runs the comparison of each against the first. Where matplotlib cannot be imported the page is
+several runs the comparison of each against the first; a soak's passes, numbered from 1 as the console
+numbers them, with each measurement across them. Where matplotlib cannot be imported the page is
 written without plots and says why. Every piece of text from a results file is HTML-escaped; the page
 loads nothing.
 """
@@ -24,9 +25,9 @@ from commbench.results.fit import ERROR_LIMIT, EXTRAPOLATION_FACTOR, describe_fi
 from commbench.results.frame import rows_frame, runs_frame
 from commbench.results.kinds import page_kind
 from commbench.results.model import SERIES_FIELDS, Row, describe_row
-from commbench.results.passes import SPIKE_FACTOR, soak_lines, time_spikes
+from commbench.results.passes import SPIKE_FACTOR, PassSummary, pass_summaries, soak_lines, time_spikes
 from commbench.results.saved import SavedRun, load_runs
-from commbench.writers.console import TextTable, run_table
+from commbench.writers.console import TextTable, passes_table, run_table
 from commbench.writers.html import html_table, metadata_html, page
 from commbench.writers.paths import check_file
 
@@ -39,7 +40,8 @@ def plot_images(runs: list[SavedRun]) -> list[tuple[str, str]]:
 
 
 def _groups(rows: list[Row]) -> list[list[Row]]:
-    """Rows by benchmark, collective, dtype and op (modes side by side), as the console shows them."""
+    """Rows by benchmark, collective, dtype and op (modes, and a soak's passes, stacked under each size
+    with a column saying which), as the console shows them."""
     frame = rows_frame(rows).assign(position=range(len(rows)))
     by = ["benchmark", *(name for name in SERIES_FIELDS if name != "mode")]
     return [[rows[position] for position in members["position"]]
@@ -78,13 +80,17 @@ def soak_html(run: SavedRun) -> str:
     if not lines:
         return ""
     spikes = time_spikes(run.rows)
-    rows = [[describe_row(spike.first), ", ".join(map(str, spike.passes)), str(spike.total),
+    rows = [[describe_row(spike.first), ", ".join(str(index + 1) for index in spike.passes), str(spike.total),
              f"{spike.median:.1f}", f"{spike.worst_ratio:.2f}x",
              ", ".join(f"{t:.0f}" for t in spike.elapsed_s if t is not None)] for spike in spikes]
-    table = TextTable(f"spikes: passes whose p50 is {SPIKE_FACTOR:g}x or more its own median", [
+    table = TextTable(f"spikes: passes (from 1) whose p50 is {SPIKE_FACTOR:g}x or more its own median", [
         "measurement", "passes", "of", "median µs", "worst", "at s"], rows, left_columns=2)
+    summaries: dict[tuple, list[PassSummary]] = {}
+    for summary in pass_summaries(run.rows):
+        summaries.setdefault(summary.table_key, []).append(summary)
     return (f"<h2>Over time: {escape(run.label)}</h2><pre>{escape(chr(10).join(lines[:2]))}</pre>"
-            + (html_table(table) if rows else "<p>No spikes.</p>"))
+            + (html_table(table) if rows else "<p>No spikes.</p>")
+            + "".join(html_table(passes_table(found)) for found in summaries.values()))
 
 
 def build_report(runs: list[SavedRun], plots_missing: str | None = None) -> str:

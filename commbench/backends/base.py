@@ -1,7 +1,9 @@
 """The backend interface: one method per collective over a CollectiveArgs, plus completion, control
 operations (apart from the measured communicator) and the process group's lifetime."""
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +114,17 @@ class Backend(ABC):
     def wait(self, args: CollectiveArgs) -> None:
         """Wait for every handle on the wait list and empty it; the device may still be busy."""
 
+    def completion_times(self, calls: list[CollectiveArgs]) -> list[int]:
+        """Wait for every handle of each call (ops issued together, async), emptying their wait lists,
+        and return for each call the host's clock (``time.perf_counter_ns``) when all of its handles had
+        completed. This default waits on the calls in turn, so a call that completed before an earlier
+        one is stamped late; a backend that can poll its handles stamps each when it completes."""
+        stamps = []
+        for args in calls:
+            self.wait(args)
+            stamps.append(time.perf_counter_ns())
+        return stamps
+
     def complete(self, args: CollectiveArgs) -> None:
         """Wait for every handle on the wait list, empty it, then synchronise the device."""
         self.wait(args)
@@ -162,17 +175,24 @@ class Backend(ABC):
         """Hand memory the allocator keeps cached back to the device (between sizes)."""
         return None
 
+    def flight_recorder_dump(self) -> bytes | None:
+        """This rank's Flight Recorder (torch's record of its last operations per process group), as torch
+        dumps it (a pickle), for `commbench diagnose` after a failure; None where there is none."""
+        return None
+
     # --- implementations (commbench.measure.impls) -------------------------------------------------
     def capabilities(self) -> Capabilities:
         """What this process's torch, NCCL and device offer the implementations, with why not."""
         why = f"{type(self).__name__} is not torch.distributed"
         return Capabilities.none(self.name, self.device.type, why)
 
-    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]]) -> "PathState":
+    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]],
+                   agree_on: Callable[[str | None], str | None]) -> "PathState":
         """Set up what ``spec`` asks for over ``group`` (None: the world; ``members``: every group's
         ranks, as communicators are made by every rank): its communicator kind, then its memory kind (a
-        pool, windows, a heap), which then allocates, registers and releases each size's buffers. Raises
-        with the reason when this process cannot."""
+        pool, windows, a heap), which then allocates, registers and releases each size's buffers. The
+        ranks agree after each step (``agree_on``: this rank's failure or None -> the first any rank
+        had); raises with that reason on every rank when one could not."""
         raise NotImplementedError(f"{type(self).__name__} runs torch.distributed's own calls only")
 
     def kernel_names(self, run: Any) -> list[str]:

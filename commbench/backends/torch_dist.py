@@ -6,6 +6,8 @@ start-up, so the timed loop pays no lookup and no deprecation warning.
 """
 
 import inspect
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,7 @@ import torch.distributed as dist
 from commbench.backends import paths
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.backends.capabilities import probe_capabilities
-from commbench.backends.paths import PathState, start_path
+from commbench.backends.paths import Agree, PathState, start_path
 from commbench.backends.profiling import kernel_names
 from commbench.coordination import (
     ControlGroup,
@@ -132,6 +134,17 @@ class TorchDistBackend(Backend):
             found["cuda"] = torch.version.cuda
         return found
 
+    def flight_recorder_dump(self) -> bytes | None:
+        dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)  # private: absent, one day
+        if dump is None:
+            return None
+        try:
+            # without stacks: symbolising them takes seconds, which a failed rank cannot spend before it
+            # reports (the others wait FAILURE_GRACE_S); a run's stacks are commbench's own code anyway
+            return dump(includeStackTraces=False)
+        except RuntimeError:  # the recorder is off (TORCH_FR_BUFFER_SIZE=0) or cannot dump
+            return None
+
     def free_device_memory(self) -> int | None:
         return torch.cuda.mem_get_info(self.device)[0] if self._is_cuda else None
 
@@ -143,8 +156,9 @@ class TorchDistBackend(Backend):
     def capabilities(self) -> Capabilities:
         return probe_capabilities(self.name, self.device)
 
-    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]]) -> PathState:
-        return start_path(spec, group, members, self.device, self.all_gather_floats, self._waiter.timeout_s)
+    def start_path(self, spec: PathSpec, group: Any, members: list[list[int]], agree_on: Agree) -> PathState:
+        return start_path(spec, group, members, self.device, self.all_gather_floats, self._waiter.timeout_s,
+                          agree_on)
 
     def kernel_names(self, run: Any) -> list[str]:
         return kernel_names(run, self.device)
@@ -168,6 +182,8 @@ class TorchDistBackend(Backend):
         paths.all_to_all_vdev(args)
 
     def torchcomms_op(self, args: CollectiveArgs, collective: str) -> None:
+        if collective == "all_reduce":
+            self._copy_out_of_place(args)
         work = paths.torchcomms_call(args, collective)
         self._issued(args, work if self._is_cuda else HostBlocking(work))
 
@@ -244,11 +260,16 @@ class TorchDistBackend(Backend):
         return dist.get_world_size(group)
 
     # --- collectives --------------------------------------------------------------------------
-    def all_reduce(self, args: CollectiveArgs) -> None:
+    def _copy_out_of_place(self, args: CollectiveArgs) -> None:
+        """Out of place, an all-reduce that works in place (torch's, torchcomms') copies the input into the
+        output first; ops still in flight write that output, so the copy waits for them."""
         if args.input is not None and args.input is not args.output:
-            if args.wait_list:  # ops still in flight write the output: the copy waits for them
+            if args.wait_list:
                 self.wait(args)
-            args.output.copy_(args.input)  # out of place: torch's all_reduce itself works in place
+            args.output.copy_(args.input)
+
+    def all_reduce(self, args: CollectiveArgs) -> None:
+        self._copy_out_of_place(args)
         self._issued(args, dist.all_reduce(args.output, self._op(args), args.process_group, True))
 
     def reduce_scatter(self, args: CollectiveArgs) -> None:
@@ -356,6 +377,55 @@ class TorchDistBackend(Backend):
                 self._settle(work)
             args.wait_list.clear()
 
+    def completion_times(self, calls: list[CollectiveArgs]) -> list[int]:
+        """Each call stamped when the last of its handles completes; then every handle is settled as
+        ``wait`` settles it (a failed op raises, the current stream joins the communicators'). On CUDA
+        the handles are polled (``is_completed``: the op's end event on the device). On CPU a callback on
+        each handle's future stamps it, from the backend's thread, while this one waits in slices: a
+        polling loop would take the cores gloo's threads need. A handle without a future (gloo's sends
+        and receives) has its call stamped when its wait returns."""
+        if self._is_cuda:
+            return self._polled_completion_times(calls)
+        lock = threading.Lock()
+        stamps = [0] * len(calls)
+        left = [len(args.wait_list) for args in calls]
+        unwatched = set()
+
+        def completed(index: int) -> None:
+            with lock:
+                left[index] -= 1
+                if not left[index]:
+                    stamps[index] = time.perf_counter_ns()
+
+        for index, args in enumerate(calls):
+            futures = [_future(work) for work in args.wait_list]
+            if not futures or any(future is None for future in futures):
+                unwatched.add(index)
+                continue
+            for future in futures:
+                future.add_done_callback(lambda _, index=index: completed(index))
+        for index, args in enumerate(calls):
+            self.wait(args)
+            if index in unwatched:
+                stamps[index] = time.perf_counter_ns()
+        return stamps
+
+    def _polled_completion_times(self, calls: list[CollectiveArgs]) -> list[int]:
+        stamps = [0] * len(calls)
+
+        def all_stamped() -> bool:
+            now = 0
+            for index, args in enumerate(calls):
+                if not stamps[index] and all(_completed(work) for work in args.wait_list):
+                    now = now or time.perf_counter_ns()
+                    stamps[index] = now
+            return all(stamps)
+
+        self._waiter.until(all_stamped)
+        for args in calls:
+            self.wait(args)
+        return stamps
+
     def sync_device(self) -> None:
         """Until the current stream (and every collective it waited for) is idle, polled."""
         if not self._is_cuda:
@@ -380,6 +450,22 @@ class TorchDistBackend(Backend):
 
     def broadcast_object(self, obj: Any, root: int = 0) -> Any:
         return self._control.broadcast_object(obj, root)
+
+
+def _completed(work: Any) -> bool:
+    """Whether a handle's op has completed (or failed), without waiting."""
+    return (work.work if isinstance(work, PointToPoint) else work).is_completed()
+
+
+def _future(work: Any) -> Any:
+    """A handle's future, which completes with its op; None for handles that have none (gloo's sends
+    and receives, host-blocking handles)."""
+    if isinstance(work, PointToPoint | HostBlocking):
+        return None
+    try:
+        return work.get_future()
+    except RuntimeError:  # "Work::getFuture not implemented"
+        return None
 
 
 def barrier_device(device: torch.device) -> dict[str, Any]:

@@ -1,34 +1,36 @@
 """The command line's entry: the `commbench` group (`run` is the default command), its commands, and
 ``main``, which maps errors to exit statuses: 0 ok, 1 a failed run, 2 bad input, 128 + N on signal N.
 
-This module composes the application: it adds each command and imports the result kinds the features
-register (how fabric's, the patterns' and replay's rows show; results/kinds.py), so the console, plot,
-report and compare find them without importing a feature.
+This module composes the application: it imports each feature's registration (fabric, the patterns,
+replay, diagnose: running/features.py), which registers its result kinds too (how its rows show;
+results/kinds.py), and adds a command for each registered feature beside the sweep's and the tools', so
+the console, plot, report and compare find every kind without importing a feature.
 """
 
 import os
+import re
 import sys
 import time
 
 import click
 
+import commbench.diagnose.command  # noqa: F401 (registers `diagnose`)
+import commbench.fabric.command  # noqa: F401 (registers `fabric`)
+import commbench.patterns.command  # noqa: F401 (registers `pattern fsdp|tp|moe|pp|3d`)
+import commbench.replay.command  # noqa: F401 (registers `replay`)
 from commbench import __version__
-from commbench.cli.options import TORCHRUN_OPTIONS, launch_options, launcher_option_text, soak_options
+from commbench.cli.commands import WholeHelpGroup, add_features
+from commbench.cli.options import TORCHRUN_OPTIONS, launcher_option_text
 from commbench.cli.run import run, sweep
-from commbench.cli.saved import compare, explain, plot, report
-from commbench.cli.tools import env_command, list_command, replay
+from commbench.cli.saved import compare, explain, iterations, plot, report
+from commbench.cli.tools import env_command, list_command
+from commbench.diagnose.command import with_verdict
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, did_you_mean
-from commbench.fabric.command import fabric_command
-from commbench.fabric.kind import FABRIC
-from commbench.patterns.commands import pattern_group
-from commbench.patterns.kind import PATTERN_KINDS
-from commbench.replay.kind import REPLAY
+from commbench.running.features import registered_features
 from commbench.running.launcher import detect
 
-BUILTIN_KINDS = (FABRIC, *PATTERN_KINDS, REPLAY)
 
-
-class DefaultGroup(click.Group):
+class DefaultGroup(WholeHelpGroup):
     """A group whose first argument, when it is not a command name, starts the default `run`."""
 
     default_command = "run"
@@ -64,16 +66,24 @@ def cli() -> None:
     """
 
 
-for command in (run, sweep, compare, plot, report, explain, env_command, replay, list_command):
+for command in (run, sweep, compare, plot, report, explain, iterations, env_command, list_command):
     cli.add_command(command)
-# The pattern commands (fsdp, tp, moe, pp, 3d) live beside the patterns, fabric's in fabric/command.py;
-# they share the launch options.
-cli.add_command(pattern_group(launch_options))
-cli.add_command(fabric_command(launch_options, soak_options))
+add_features(cli, registered_features())
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def click_message(exc: click.ClickException) -> str:
+    """click's message in commbench's style: lower case, no closing full stop, option names bare, one
+    suggestion as our own hints give it ('no such option --sise (did you mean --sizes?)')."""
+    if isinstance(exc, click.NoSuchOption):
+        names = sorted(exc.possibilities or [])
+        return f"no such option {exc.option_name}{did_you_mean(exc.option_name, names)}"
+    text = _one_line(exc.format_message()).rstrip(".")
+    text = re.sub(r"'(--?[\w-]+)'", r"\1", text)
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
 # How long a rank other than 0 waits for its launcher to stop it after a command-line mistake, before
@@ -109,16 +119,18 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=args, prog_name="commbench", standalone_mode=False, obj={"argv": args})
     except click.NoSuchOption as exc:
         known = exc.option_name in TORCHRUN_OPTIONS
-        _say_usage_error(launcher_option_text(exc.option_name) if known else exc.format_message())
+        _say_usage_error(launcher_option_text(exc.option_name) if known else click_message(exc))
         return 2
     except click.ClickException as exc:
-        _say_usage_error(exc.format_message())
+        _say_usage_error(click_message(exc))
         return 2
     except UsageError as exc:
         _say_usage_error(str(exc))
         return exc.exit_code
     except RunError as exc:
-        print(f"commbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        # rank 0 (or the only process) reads the dumps a failed run's ranks left, and says what they show
+        message = str(exc) if _rank_behind_rank_0() else with_verdict(str(exc))
+        print(f"commbench: error: {_one_line(message)}", file=sys.stderr)
         return exc.exit_code
     except (Terminated, AlreadyReported) as exc:
         return exc.exit_code

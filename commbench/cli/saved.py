@@ -1,5 +1,5 @@
-"""The commands on saved results: compare, plot, report and explain. Each imports its module when it runs, so
-`commbench --help` stays fast; none imports torch.
+"""The commands on saved results: compare, plot, report, explain and iterations. Each imports its module
+when it runs, so `commbench --help` stays fast; none imports torch.
 """
 
 import click
@@ -64,3 +64,16 @@ def explain(run: str, collective: str | None, size: str | None) -> None:
 
     collectives = None if collective is None else parse_list(collective, "--collective")
     explain_command(run, collectives, size)
+
+
+@click.command()
+@click.argument("run", metavar="RUN")
+@click.option("--collective", default=None, help="Only these collectives (comma list).")
+@click.option("--size", default=None, metavar="SIZE", help="Only the rows of this size (e.g. 64K).")
+def iterations(run: str, collective: str | None, size: str | None) -> None:
+    """What a run's per-iteration times (--per-iteration) show: spikes by iteration, rank and host, the
+    rank last to arrive, each host's times, the first op's cost and the CV (docs/measurement.md)."""
+    from commbench.analysis.iterations import iterations_command
+
+    collectives = None if collective is None else parse_list(collective, "--collective")
+    iterations_command(run, collectives, size)

@@ -6,54 +6,43 @@
         collectives: [reduce_scatter_base, all_gather_base]
         sizes: 1M:256M
 
-The keys are the field names of RunConfig and LaunchConfig and the command line's spellings of them
-(`collective` or `collectives`, `timeout` or `timeout_s`, `output-dir` or `output_dir`); the accepted
-types come from the field annotations, so a field added to either is a valid key without touching this
-module. Launch settings apply to the whole run: they may appear under `defaults`, never in one benchmark.
+The keys are the declared options of RunConfig and LaunchConfig (config/options.py), by field name or
+by the command line's spelling (`collective` or `collectives`, `timeout` or `timeout_s`, `output-dir` or
+`output_dir`); the accepted types and parsers are the declarations', so an option declared on either is a
+valid key without touching this module. Launch settings apply to the whole run: they may appear under
+`defaults`, never in one benchmark.
 A value is what the command line would take (a comma string) or its YAML form (a list). Every problem
 is reported as ``FILE:LINE: key: problem`` (a UsageError, exit 2), before any process group starts: the
 line comes from PyYAML's composed nodes.
 
-Precedence, lowest first: the command line's defaults, the file's `defaults`, the benchmark's own keys,
-then the options typed on the command line.
+Precedence, lowest first: the declared defaults, the file's `defaults`, the benchmark's own keys, then
+the options typed on the command line.
 """
 
 import difflib
-import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from commbench.config.launch import LAUNCH_FIELDS
-from commbench.config.sweep import (
-    LIST_ITEM_PARSERS,
-    RUN_FIELDS,
-    SCALAR_TEXT_PARSERS,
-    RunConfig,
-    field_type,
-    parse_list,
-    resolve,
-    run_config,
-)
+from commbench.config.options import Declared, build, declared, nested, parse_list
+from commbench.config.sweep import RunConfig, resolve
 from commbench.core.shipped import shipped_file, shipped_names
 from commbench.errors import UsageError, did_you_mean
 
 TOP_LEVEL_KEYS = ("defaults", "benchmarks")
-_NOT_IN_FILES = {"argv", "all_collectives"}  # set by the program, not by a file
 
 
-def field_keys(aliases: dict[str, str] | None = None) -> dict[str, str]:
-    """Every key a sweep file may use, mapped onto its configuration field."""
-    keys: dict[str, str] = {}
-    names = {name: name for name in (*RUN_FIELDS, *LAUNCH_FIELDS)}
-    for spelled, name in {**names, **(aliases or {})}.items():
-        if name in _NOT_IN_FILES:
-            continue
-        keys[spelled] = name
-        keys[spelled.replace("_", "-")] = name
-        keys[spelled.replace("-", "_")] = name
-    return keys
+def field_keys(config: type = RunConfig) -> dict[str, Declared]:
+    """Every key a sweep file may use, mapped onto the declared option it sets: a benchmark's own and the
+    whole run's (those of the configs it nests: the launch settings)."""
+    options = [*declared(config), *(item for inner in nested(config).values() for item in declared(inner))]
+    return {key: item for item in options for key in item.keys()}
+
+
+def run_wide(config: type = RunConfig) -> set[str]:
+    """The fields that apply to the whole run (a nested config's), which no single benchmark may set."""
+    return {item.name for inner in nested(config).values() for item in declared(inner)}
 
 
 class _Located:
@@ -63,20 +52,22 @@ class _Located:
         self.key, self.field, self.value, self.line = key, field, value, line
 
 
-def load_sweep(path: str | Path, base: dict[str, Any], overrides: dict[str, Any],
-               aliases: dict[str, str] | None = None) -> list[RunConfig]:
-    """The resolved benchmarks of a sweep file; ``base`` holds the command line's defaults as RunConfig
-    fields, ``overrides`` the fields the user typed. UsageError, with file and line, on any problem."""
+def load_sweep(path: str | Path, overrides: dict[str, Any], config: type = RunConfig) -> list[RunConfig]:
+    """The resolved benchmarks of a sweep file, each a ``config`` (RunConfig, or a class that adds
+    options to it); ``overrides`` holds the fields the user typed. UsageError, with file and line, on any
+    problem."""
     found = Path(path)
     if not found.exists():  # a bare name such as `smoke` is one of the sweep files commbench ships
         found = shipped_file(str(path)) or found
-    return _SweepFile(found, aliases).configs(base, overrides)
+    return _SweepFile(found, config).configs(overrides)
 
 
 class _SweepFile:
-    def __init__(self, path: Path, aliases: dict[str, str] | None) -> None:
+    def __init__(self, path: Path, config: type) -> None:
         self.path = path
-        self.keys = field_keys(aliases)
+        self.config = config
+        self.keys = field_keys(config)
+        self.run_wide = run_wide(config)
         try:
             text = path.read_text()
         except FileNotFoundError:
@@ -120,34 +111,35 @@ class _SweepFile:
     def entries(self, node: yaml.Node, what: str, in_benchmark: bool) -> dict[str, _Located]:
         found: dict[str, _Located] = {}
         for key, key_node, value_node in self.mapping(node, what):
-            field = self.keys.get(key)
-            if field is None:
+            option = self.keys.get(key)
+            if option is None:
                 raise self.fail(key_node, f"{key}: unknown key{did_you_mean(key, sorted(self.keys))}")
+            field = option.name
             if field in found:
                 raise self.fail(key_node, f"{key}: sets {field} again (already set by "
                                           f"{found[field].key!r} on line {found[field].line})")
-            if in_benchmark and field in LAUNCH_FIELDS:
+            if in_benchmark and field in self.run_wide:
                 raise self.fail(key_node, f"{key}: applies to the whole run (one process group); set it "
                                           "under defaults or on the command line")
-            found[field] = _Located(key, field, self.value(field, key, value_node),
+            found[field] = _Located(key, field, self.value(option, key, value_node),
                                     key_node.start_mark.line + 1)
         return found
 
-    def value(self, field: str, key: str, node: yaml.Node) -> Any:
-        """The node as a value for the configuration field ``field``, by its annotation."""
-        kind, optional = field_type(field)
+    def value(self, option: Declared, key: str, node: yaml.Node) -> Any:
+        """The node as a value for the declared option ``option``, by its type and parser."""
+        kind = option.kind
         if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
-            if optional:
+            if option.optional:
                 return None
             raise self.fail(node, f"{key}: needs a value")
-        if typing.get_origin(kind) is list:
-            return self.list_value(field, key, node, typing.get_args(kind)[0])
+        if option.is_list:
+            return self.list_value(option, key, node)
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, f"{key}: expected {_type_name(kind)}, got {_kind(node)}")
         constructed = self.loader.construct_object(node)
-        if field in SCALAR_TEXT_PARSERS and isinstance(constructed, str):
+        if option.option.parse is not None and isinstance(constructed, str):
             try:
-                return SCALAR_TEXT_PARSERS[field](constructed)
+                return option.option.parse(constructed)
             except UsageError as exc:
                 raise self.fail(node, f"{key}: {exc}") from None
         if kind is bool:
@@ -168,8 +160,9 @@ class _SweepFile:
             return node.value  # the text as written: `name: 2024` is the string '2024'
         raise self.fail(node, f"{key}: cannot be set from a sweep file")
 
-    def list_value(self, field: str, key: str, node: yaml.Node, item_kind: Any) -> list:
+    def list_value(self, option: Declared, key: str, node: yaml.Node) -> list:
         """A YAML list, or one scalar holding a comma list, as the command line takes it."""
+        parse, item_kind = option.option.parse, option.item_kind
         if isinstance(node, yaml.SequenceNode):
             items = []
             for item in node.value:
@@ -178,7 +171,7 @@ class _SweepFile:
                 items.append((item, item.value))  # raw text: YAML 1.1 would read 4:16 as sexagesimal
         elif isinstance(node, yaml.ScalarNode):
             try:
-                parts = [node.value] if field in LIST_ITEM_PARSERS else parse_list(node.value, f"{key}:")
+                parts = [node.value] if parse is not None else parse_list(node.value, f"{key}:")
             except UsageError as exc:
                 raise self.fail(node, str(exc)) from None
             items = [(node, part) for part in parts]
@@ -186,9 +179,9 @@ class _SweepFile:
             raise self.fail(node, f"{key}: expected a list or a comma-separated string, got {_kind(node)}")
         values: list = []
         for item_node, text in items:
-            if field in LIST_ITEM_PARSERS:
+            if parse is not None:
                 try:
-                    values.extend(LIST_ITEM_PARSERS[field](text))
+                    values.extend(parse(text))
                 except UsageError as exc:
                     raise self.fail(item_node, f"{key}: {exc}") from None
             elif item_kind is int:
@@ -206,7 +199,7 @@ class _SweepFile:
         return values
 
     # --- benchmarks ---------------------------------------------------------------------------
-    def configs(self, base: dict[str, Any], overrides: dict[str, Any]) -> list[RunConfig]:
+    def configs(self, overrides: dict[str, Any]) -> list[RunConfig]:
         if self.root is None:
             raise UsageError(f"{self.path}:1: the sweep file is empty: it needs a `benchmarks:` list")
         top = {key: (key_node, value) for key, key_node, value in self.mapping(self.root, "the file")}
@@ -234,38 +227,36 @@ class _SweepFile:
                     raise self.fail(node, f"name: benchmark {named.value!r} is already on line "
                                           f"{names[named.value]}")
                 names[named.value] = named.line
-            configs.append(self.resolve_one(node, base, defaults, entries, overrides))
+            configs.append(self.resolve_one(node, defaults, entries, overrides))
         return configs
 
-    def resolve_one(self, node: yaml.Node, base: dict[str, Any], defaults: dict[str, _Located],
-                    entries: dict[str, _Located], overrides: dict[str, Any]) -> RunConfig:
+    def resolve_one(self, node: yaml.Node, defaults: dict[str, _Located], entries: dict[str, _Located],
+                    overrides: dict[str, Any]) -> RunConfig:
         from_file = {**defaults, **entries}
-        values = {**base, **{name: located.value for name, located in from_file.items()}, **overrides}
+        values = {**{name: located.value for name, located in from_file.items()}, **overrides}
         try:
-            return resolve(run_config(**values))
+            return resolve(build(self.config, values))
         except UsageError as problem:
             # Name the key to blame: the first value that is wrong on its own, the command line's first.
             for name, value in overrides.items():
-                alone = _fails_alone(base, name, value)
+                alone = self.fails_alone(name, value)
                 if alone:
                     raise UsageError(alone) from None
             for located in [*entries.values(), *defaults.values()]:
-                alone = None if located.field in overrides else \
-                    _fails_alone(base, located.field, located.value)
+                alone = None if located.field in overrides else self.fails_alone(located.field, located.value)
                 if alone:
                     raise UsageError(f"{self.path}:{located.line}: {located.key}: {alone}") from None
             name = entries["name"].value if "name" in entries else ""
             label = f"benchmark {name!r}" if name else "benchmark"
             raise self.fail(node, f"{label}: {problem}") from None
 
-
-def _fails_alone(base: dict[str, Any], name: str, value: Any) -> str | None:
-    """The problem ``value`` has on top of the command line's defaults, or None."""
-    try:
-        resolve(run_config(**{**base, name: value}))
-    except UsageError as exc:
-        return str(exc)
-    return None
+    def fails_alone(self, name: str, value: Any) -> str | None:
+        """The problem ``value`` has on top of the declared defaults, or None."""
+        try:
+            resolve(build(self.config, {name: value}))
+        except UsageError as exc:
+            return str(exc)
+        return None
 
 
 def _shipped_hint(path: Path) -> str:

@@ -56,3 +56,13 @@ def element_size(name: str) -> int:
 
 def known_dtypes() -> list[str]:
     return list(ELEMENT_SIZES)
+
+
+# The floating dtypes torch's matmul takes on CPU and CUDA; a matmul beside a collective of any other
+# dtype (integers, float8) runs in float32.
+MATMUL_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def matmul_dtype(name: str) -> str:
+    """The dtype (by name) a matmul beside a collective of dtype ``name`` runs in."""
+    return name if name in MATMUL_DTYPES else "float32"

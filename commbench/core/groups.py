@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.core.words import plural
-from commbench.errors import UsageError, did_you_mean
+from commbench.errors import UsageError
 
 LAYOUTS = ("contiguous", "strided")
 PRESETS = ("intra-node", "inter-node")
@@ -74,13 +74,8 @@ def world_plan(world_size: int) -> GroupPlan:
 
 
 def check_group_options(group_size: int | None, group_layout: str | None, groups: str | None) -> None:
-    """What can be checked without knowing the world: values and combinations."""
-    if groups is not None and groups not in PRESETS:
-        raise UsageError(f"unknown --groups {groups!r}{did_you_mean(groups, list(PRESETS))}; "
-                         "choose intra-node or inter-node")
-    if group_layout is not None and group_layout not in LAYOUTS:
-        hint = did_you_mean(group_layout, list(LAYOUTS))
-        raise UsageError(f"unknown --group-layout {group_layout!r}{hint}; choose contiguous or strided")
+    """What can be checked without knowing the world: the combinations (each value is one of its
+    choices, as config.launch declares them)."""
     if groups is not None and (group_size is not None or group_layout is not None):
         raise UsageError(f"--groups {groups} sets the groups from the hosts: drop --group-size and "
                          "--group-layout")

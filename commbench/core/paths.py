@@ -50,6 +50,12 @@ class Capabilities:
         return cls(backend, device, missing=dict.fromkeys(FEATURES, why))
 
 
+# The memory kinds whose buffers live in torch's symmetric memory, with the backend each sets
+# (symm_mem.set_backend). torch holds one such backend per process, fixed once its allocator is used, so
+# implementations whose kinds name different backends run in rank processes of their own.
+SYMMETRIC_BACKENDS = {"nccl-window": "NCCL", "symmetric": "CUDA", "multicast": "CUDA", "nvshmem": "NVSHMEM"}
+
+
 @dataclass(frozen=True)
 class PathSpec:
     """What an implementation asks the backend to set up before its ops run: two kinds, each of which
@@ -57,13 +63,19 @@ class PathSpec:
 
     ``memory``, where a size's buffers live: plain (torch's allocator), nccl-registered (a pool of NCCL's
     allocator registered with the communicator), nccl-window (torch's symmetric memory on NCCL: windows),
-    symmetric (torch's own symmetric memory, CUDA backend) or nvshmem (torch's symmetric memory, NVSHMEM
-    backend). ``communicator``, what runs the ops: run (the run's own), cta-efficiency or cta-zero (one
-    of its own made with that NCCL CTA policy), or torchcomms (a torchcomms communicator).
+    symmetric (torch's own symmetric memory, CUDA backend), multicast (the same, its multicast confirmed
+    by torch at set-up) or nvshmem (torch's symmetric memory, NVSHMEM backend). ``communicator``, what
+    runs the ops: run (the run's own), cta-efficiency or cta-zero (one of its own made with that NCCL CTA
+    policy), or torchcomms (a torchcomms communicator).
     """
 
     memory: str = "plain"
     communicator: str = "run"
+
+    @property
+    def symmetric_backend(self) -> str:
+        """The symmetric-memory backend this path fixes for its process ('' none)."""
+        return SYMMETRIC_BACKENDS.get(self.memory, "")
 
 
 def version_text(version: tuple[int, ...] | None) -> str:

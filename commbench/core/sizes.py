@@ -104,6 +104,14 @@ def format_size(num_bytes: int) -> str:
     return f"{num_bytes} B"
 
 
+def readable_size(num_bytes: int) -> str:
+    """A size as a reader takes it in: exact where a unit holds it whole (4 KiB, 1020 B), else to a
+    tenth of its unit (641.5 KiB, not 656896 B). Where exactness matters (a size rounded to fit a
+    collective: 4 KiB -> 4092 B), format_size."""
+    exact = format_size(num_bytes)
+    return exact if not exact.endswith(" B") or num_bytes < 1024 else approximate_size(num_bytes)
+
+
 def approximate_size(num_bytes: float) -> str:
     """'12.3 GiB', '640.0 MiB', '512 B': a size that is not a whole number of units (memory, a size the
     α-β fit derives)."""

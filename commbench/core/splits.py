@@ -1,9 +1,11 @@
 """Uneven (v) collectives: how many elements each rank sends, from a file or a generated spread.
 
-``--splits`` is either ``spread:F`` (0 <= F <= 1), generated for every size, or a FILE (CSV or YAML)
-holding a world x world matrix of bytes: entry [i][j] is what rank i sends to rank j in all_to_allv.
-The formulas are in docs/measurement.md ("Uneven (v) collectives"); the functions here are their only
-definition.
+``--splits`` is generated for every size, ``spread:F`` (0 <= F <= 1: a linear spread over the pairs),
+``distance:F`` (F >= 0: pairs weighted by how far apart their ranks are) or ``zipf:S`` (S >= 0: every
+rank sends the most to rank 0, less to each next, as an MoE router's tokens favour its hottest experts),
+or a FILE (CSV or YAML) holding a world x world matrix of bytes: entry [i][j] is what rank i sends to
+rank j in all_to_allv. The formulas are in docs/measurement.md ("Uneven (v) collectives"); the
+functions here are their only definition.
 """
 
 import csv
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from commbench.core.sizes import parse_size
+from commbench.core.sizes import parse_size, readable_size
 from commbench.core.words import plural
 from commbench.errors import UsageError
 
@@ -21,14 +23,18 @@ DEFAULT_SPLITS = "spread:0.5"
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+GENERATORS = ("spread", "distance", "zipf")  # the generated kinds, each with its factor
+
+
 @dataclass(frozen=True)
 class SplitSpec:
-    """A parsed --splits: a spread factor, or a byte matrix read from ``path``."""
+    """A parsed --splits: a generated kind with its factor, or a byte matrix read from ``path``."""
 
     text: str
-    spread: float | None = None
+    spread: float | None = None  # the factor of the generated kind
     matrix: tuple[tuple[int, ...], ...] | None = None
     path: str = ""
+    kind: str = "spread"  # spread, distance or zipf (a file: its matrix)
 
     @property
     def from_file(self) -> bool:
@@ -46,21 +52,30 @@ class SizePlan:
     pair_counts: tuple[tuple[int, ...], ...] = ()
 
 
+_FACTORS = {"spread": ("F", "0 <= F <= 1", "spread:0.5"), "distance": ("F", "F >= 0", "distance:1"),
+            "zipf": ("S", "S >= 0", "zipf:1.2")}
+
+
 def parse_splits(text: str) -> SplitSpec:
-    """``spread:F`` or a CSV/YAML file of a square byte matrix; UsageError naming the problem."""
+    """``spread:F``, ``distance:F``, ``zipf:S`` or a CSV/YAML file of a square byte matrix; UsageError
+    naming the problem."""
     text = text.strip()
-    if text.startswith("spread:"):
-        value = text[len("spread:"):]
+    kind, colon, value = text.partition(":")
+    if kind in GENERATORS and colon:
+        name, bounds, example = _FACTORS[kind]
         try:
-            spread = float(value)
+            factor = float(value)
         except ValueError:
-            raise UsageError(f"malformed --splits {text!r}: expected spread:F with 0 <= F <= 1, "
-                             "e.g. spread:0.5") from None
-        if not 0.0 <= spread <= 1.0:
-            raise UsageError(f"--splits {text!r}: the spread must be between 0 and 1")
-        return SplitSpec(text=text, spread=spread)
+            raise UsageError(f"malformed --splits {text!r}: expected {kind}:{name} with {bounds}, "
+                             f"e.g. {example}") from None
+        if not math.isfinite(factor) or factor < 0 or (kind == "spread" and factor > 1):
+            within = "the spread must be between 0 and 1" if kind == "spread" else \
+                f"{name} must be a finite number, at least 0"
+            raise UsageError(f"--splits {text!r}: {within}")
+        return SplitSpec(text=text, spread=factor, kind=kind)
     if not text:
-        raise UsageError("empty --splits: give spread:F or a CSV/YAML file of a world x world byte matrix")
+        raise UsageError("empty --splits: give spread:F, distance:F, zipf:S or a CSV/YAML file of a world x "
+                         "world byte matrix")
     return SplitSpec(text=text, matrix=_load_matrix(Path(text)), path=text)
 
 
@@ -160,15 +175,39 @@ def uniform_count(size_bytes: int, world_size: int, element_size: int) -> int:
     return size_bytes // (world_size * element_size)
 
 
+def ring_distance(i: int, j: int, world_size: int) -> int:
+    """How far apart ranks i and j are on a ring of ``world_size``: 0 for a rank and itself."""
+    gap = abs(i - j)
+    return min(gap, world_size - gap)
+
+
+def distance_row(i: int, world_size: int, factor: float) -> list[float]:
+    """distance:F, rank i's share of what it sends to each rank j: (1 + d(i, j))^-F over the row's sum."""
+    weights = [(1.0 + ring_distance(i, j, world_size)) ** -factor for j in range(world_size)]
+    total = sum(weights)
+    return [weight / total for weight in weights]
+
+
+def zipf_weight(j: int, exponent: float) -> float:
+    """zipf:S, what every rank sends rank j against what it sends rank 0: (j + 1)^-S."""
+    return (j + 1.0) ** -exponent
+
+
 def pair_counts(spec: SplitSpec, size_bytes: int, world_size: int, element_size: int
                 ) -> tuple[tuple[int, ...], ...]:
     """all_to_allv: [i][j] = elements rank i sends rank j."""
     if spec.matrix is not None:
         return tuple(tuple(value // element_size for value in row) for row in spec.matrix)
     base = uniform_count(size_bytes, world_size, element_size)
-    spread = spec.spread or 0.0
-    return tuple(tuple(math.floor(base * spread_weight((i + j) % world_size, world_size, spread))
-                       for j in range(world_size)) for i in range(world_size))
+    factor = spec.spread or 0.0
+    n = world_size
+    if spec.kind == "distance":  # each rank sends n x c in all, the nearest ranks the most
+        return tuple(tuple(math.floor(n * base * share) for share in distance_row(i, n, factor))
+                     for i in range(n))
+    if spec.kind == "zipf":  # rank 0, the hottest, receives n x c: the busiest rank moves the size
+        return tuple(tuple(math.floor(base * zipf_weight(j, factor)) for j in range(n)) for _ in range(n))
+    return tuple(tuple(math.floor(base * spread_weight((i + j) % n, n, factor)) for j in range(n))
+                 for i in range(n))
 
 
 def chunk_counts(spec: SplitSpec, size_bytes: int, world_size: int, element_size: int,
@@ -176,12 +215,17 @@ def chunk_counts(spec: SplitSpec, size_bytes: int, world_size: int, element_size
     """all_gather_v (by_row) and reduce_scatter_v: elements in each rank's chunk.
 
     From a file, rank r's chunk is the mean of row r (what r sends, for all_gather_v) or of column r
-    (what r receives, for reduce_scatter_v), rounded down to whole elements.
+    (what r receives, for reduce_scatter_v), rounded down to whole elements; distance:F and zipf:S take
+    the same means of their all_to_allv matrix (in elements).
     """
     if spec.matrix is not None:
         n = len(spec.matrix)
         totals = [sum(spec.matrix[r]) if by_row else sum(row[r] for row in spec.matrix) for r in range(n)]
         return tuple(total // (n * element_size) for total in totals)
+    if spec.kind != "spread":
+        pairs = pair_counts(spec, size_bytes, world_size, element_size)
+        totals = [sum(pairs[r]) if by_row else sum(row[r] for row in pairs) for r in range(world_size)]
+        return tuple(total // world_size for total in totals)
     base = uniform_count(size_bytes, world_size, element_size)
     spread = spec.spread or 0.0
     return tuple(math.floor(base * spread_weight(r, world_size, spread)) for r in range(world_size))
@@ -204,8 +248,9 @@ def plan_gathered(by_row: bool):
 
 
 def describe(plan: SizePlan, element_size: int) -> str:
-    """A short account of a plan's unevenness for notes: the smallest and largest chunk in bytes."""
+    """A short account of a plan's unevenness for notes: the smallest and largest chunk, '512 B to 12.1
+    KiB per rank' (in the units the tables use, not raw byte counts)."""
     counts = [c for row in plan.pair_counts for c in row] if plan.pair_counts else list(plan.chunk_counts)
     low, high = min(counts) * element_size, max(counts) * element_size
     kind = "per pair" if plan.pair_counts else "per rank"
-    return f"{low}..{high} B {kind}"
+    return f"{readable_size(low)} to {readable_size(high)} {kind}"

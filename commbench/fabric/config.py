@@ -9,8 +9,9 @@ UsageError (exit status 2).
 
 from dataclasses import dataclass, field, replace
 
-from commbench.config.launch import LaunchConfig, check_count, resolve_launch
-from commbench.core.sizes import approximate_size, format_size
+from commbench.config.launch import LaunchConfig, resolve_launch
+from commbench.config.options import check_options, option
+from commbench.core.sizes import approximate_size, format_size, parse_size
 from commbench.errors import UsageError
 from commbench.fabric.matrices import KIND
 from commbench.fabric.outliers import DEFAULT_SLOW_FACTOR
@@ -26,14 +27,21 @@ class FabricConfig:
     """One `commbench fabric` run."""
 
     launch: LaunchConfig = field(default_factory=LaunchConfig)
-    size: int = DEFAULT_SIZE  # bytes per message of the bandwidth measurement
-    latency_size: int = DEFAULT_LATENCY_SIZE  # bytes per message of the ping-pong
-    iters: int = 10  # timed messages per direction and measurement
-    warmup: int = 2
-    serial: bool = False  # one pair at a time instead of a round's pairs at once
-    sample: int | None = None  # --sample K: K peers per rank instead of every pair
-    slow_factor: float = DEFAULT_SLOW_FACTOR  # the outlier rule's minimum gap (see outliers.py)
-    fail_on_outlier: bool = False
+    size: int = option(DEFAULT_SIZE, parse=parse_size, shown_default="64M", minimum=1,
+                       help="Bytes per message of the bandwidth test.")
+    latency_size: int = option(DEFAULT_LATENCY_SIZE, parse=parse_size, minimum=1,
+                               help="Bytes per message of the ping-pong.")
+    iters: int = option(10, minimum=1, help="Timed messages per pair and direction.")  # per measurement
+    warmup: int = option(2, minimum=0, help="Untimed messages before them.")
+    serial: bool = option(False, help="Measure one pair at a time instead of a round's pairs at once.")
+    sample: int | None = option(None, metavar="K", minimum=1,
+                                help="Pair each rank with K peers (K rounds, covering every host) instead of "
+                                     "every rank.")
+    slow_factor: float = option(  # the outlier rule's minimum gap (see outliers.py)
+        DEFAULT_SLOW_FACTOR, above=1,
+        bounds="must be above 1 (2: half the median bandwidth or twice the median latency)",
+        help="A pair is an outlier only when this many times off its class's median.")
+    fail_on_outlier: bool = option(False, help="Exit 1 when a host, rank or link is named.")
     kind: str = KIND
 
     def check_world(self, world_size: int) -> None:
@@ -47,14 +55,7 @@ class FabricConfig:
 
 def resolve_fabric(config: FabricConfig) -> FabricConfig:
     """A validated copy with backend and device filled in; UsageError on the first problem."""
-    for flag, value, minimum in (("--size", config.size, 1), ("--latency-size", config.latency_size, 1),
-                                 ("--iters", config.iters, 1), ("--warmup", config.warmup, 0)):
-        check_count(flag, value, minimum)
-    if config.sample is not None:
-        check_count("--sample", config.sample, minimum=1)
-    if not config.slow_factor > 1:
-        raise UsageError(f"--slow-factor {config.slow_factor:g} must be above 1 (2: half the median "
-                         "bandwidth or twice the median latency)")
+    check_options(config)
     return replace(config, launch=resolve_launch(config.launch))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.fabric.matrices import INTER, INTRA
-from commbench.measure.robust import Metric, relative, robust_spread, slow_mask
+from commbench.measure.robust import Metric, gap_factor, relative, robust_spread, slow_mask
 
 MIN_JUDGED = 3  # fewer peers than this: nothing is judged
 MIN_COUNTERPARTS = 2  # a host or rank is scored only on measurements with at least this many others
@@ -46,20 +46,44 @@ class Measurements:
         listed = np.fromiter(ranks, dtype=np.int64, count=len(ranks))
         return np.isin(self.src, listed) | np.isin(self.dst, listed)
 
-    def class_scores(self, inter: bool, by_host: bool, explained: set[int]) -> dict:
-        """Each owner's median over its measurements of one class (crossing hosts or not): hosts by name
-        (``by_host``), else ranks not in ``explained``; only owners whose measurements reach
-        MIN_COUNTERPARTS others (hosts for a host, ranks for a rank); owners in the order they first
-        appear, the sender's end of a measurement before the receiver's."""
+    def host_scores(self, excused: frozenset[str] = frozenset()) -> dict[str, float]:
+        """Each host's score: the median, over the other hosts it has inter-node measurements with (at
+        least MIN_COUNTERPARTS of them), of the median of the measurements between the two hosts (both
+        directions); hosts in order, none ``excused`` and none scored on its pair with one. Not the median
+        of its own measurements: with three hosts, half of a good host's are with a bad host, so that
+        median sits between the two and a single disturbed measurement decides which side it falls on (a
+        host-pair median moves only when most of its measurements do)."""
+        chosen = np.flatnonzero(self.inter)
+        if not chosen.size:
+            return {}
+        count = len(self.hosts)
+        ends = self.host_of[self.src[chosen]], self.host_of[self.dst[chosen]]
+        cells = np.minimum(*ends) * count + np.maximum(*ends)
+        order = np.argsort(cells, kind="stable")
+        found, starts = np.unique(cells[order], return_index=True)
+        stops = np.append(starts[1:], cells.size)
+        values = self.value[chosen][order]
+        left_out = {index for index, host in enumerate(self.hosts) if host in excused}
+        by_host: dict[int, list[float]] = {}
+        for cell, start, stop in zip(found.tolist(), starts.tolist(), stops.tolist(), strict=True):
+            pair = divmod(cell, count)
+            if left_out.isdisjoint(pair):
+                median = float(np.median(values[start:stop]))
+                for host in pair:
+                    by_host.setdefault(host, []).append(median)
+        return {self.hosts[host]: float(np.median(medians)) for host, medians in sorted(by_host.items())
+                if len(medians) >= MIN_COUNTERPARTS}
+
+    def rank_scores(self, inter: bool, explained: set[int]) -> dict[int, float]:
+        """Each rank's median over its measurements of one class (crossing hosts or not), ranks not in
+        ``explained``; only ranks whose measurements reach MIN_COUNTERPARTS other ranks; ranks in the
+        order they first appear, the sender's end of a measurement before the receiver's."""
         chosen = self.inter == inter
         ends = np.stack([self.src[chosen], self.dst[chosen]], axis=1).ravel()
         others = np.stack([self.dst[chosen], self.src[chosen]], axis=1).ravel()
         values = np.repeat(self.value[chosen], 2)
-        if by_host:
-            owners, counterparts = self.host_of[ends], self.host_of[others]
-        else:
-            kept = ~np.isin(ends, np.fromiter(explained, dtype=np.int64, count=len(explained)))
-            owners, counterparts, values = ends[kept], others[kept], values[kept]
+        kept = ~np.isin(ends, np.fromiter(explained, dtype=np.int64, count=len(explained)))
+        owners, counterparts, values = ends[kept], others[kept], values[kept]
         if not owners.size:
             return {}
         found, first = np.unique(owners, return_index=True)
@@ -74,8 +98,7 @@ class Measurements:
         for position in np.argsort(first):
             owner = int(found[position])
             if reached[owner] >= MIN_COUNTERPARTS:
-                key = self.hosts[owner] if by_host else owner
-                scores[key] = float(np.median(sorted_values[starts[position]:ends_at[position]]))
+                scores[owner] = float(np.median(sorted_values[starts[position]:ends_at[position]]))
         return scores
 
 
@@ -98,7 +121,9 @@ class Judged:
 
 @dataclass(frozen=True)
 class JudgedClass:
-    """One metric's measurements of one class, judged, in (src, dst) order."""
+    """One metric's measurements of one class, judged, in (src, dst) order; ``threshold`` is how many
+    times off the median (slower) a measurement had to be to be slow, exp(max(4 s, ln F)) with s the
+    spread of the peers it was judged against (None: too few peers, nothing judged)."""
 
     metric: Metric
     pair_class: str
@@ -107,6 +132,7 @@ class JudgedClass:
     dst: np.ndarray
     value: np.ndarray
     slow: np.ndarray
+    threshold: float | None = None
 
     def item(self, index: int) -> Judged:
         return Judged(int(self.src[index]), int(self.dst[index]), self.metric, float(self.value[index]),
@@ -155,6 +181,7 @@ def judge(measured: Measurements, metric: Metric, factor: float, explained: set[
         peers = values[~touching]
         median, sigma = robust_spread(peers if peers.size else values)
         enough = np.where(touching, peers.size >= 1, peers.size >= MIN_JUDGED)
+        threshold = gap_factor(sigma, factor) if peers.size >= MIN_JUDGED else None
         parts.append(JudgedClass(metric, name, median, measured.src[members], measured.dst[members], values,
-                                 enough & slow_mask(values, median, sigma, metric, factor)))
+                                 enough & slow_mask(values, median, sigma, metric, factor), threshold))
     return Judgements(parts)

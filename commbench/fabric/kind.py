@@ -15,12 +15,12 @@ from rich.console import Console
 from commbench.core.sizes import format_size
 from commbench.core.words import plural
 from commbench.errors import UsageError
-from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
+from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor, run_crowding
 from commbench.fabric.heatmap import heatmap_figure
 from commbench.fabric.matrices import KIND, fabric_rows
 from commbench.fabric.tables import closing_lines, fabric_tables, print_fabric_rows, size_texts
 from commbench.provenance.html import hardware_table_html
-from commbench.results.kinds import LiveRun, ResultKind, register_kind
+from commbench.results.kinds import LiveRun, ResultKind
 from commbench.results.model import Row
 from commbench.results.saved import SavedRun
 from commbench.writers.html import html_table, metadata_html, page
@@ -41,7 +41,8 @@ def load_analysis(run: SavedRun) -> FabricAnalysis:
             if rank is not None and not (isinstance(rank, int) and 0 <= rank < len(hostnames)):
                 raise UsageError(f"{run.path}: a fabric row names rank {rank!r}, outside the "
                                  f"{plural(len(hostnames), 'rank')} of its host list")
-    return analyse(run.rows, hostnames, recorded_slow_factor(run.meta.get("config") or {}))
+    return analyse(run.rows, hostnames, recorded_slow_factor(run.meta.get("config") or {}),
+                   run_crowding(run.rows, hostnames, run.meta.get("hardware")))
 
 
 def _title(run: SavedRun) -> str:
@@ -81,8 +82,9 @@ def fabric_report_page(runs: list[SavedRun], plots_missing: str | None = None) -
 
 
 def print_live_fabric(console: Console, rows: list[Row], run: LiveRun) -> None:
-    print_fabric_rows(console, rows, run.hostnames, run.config)
+    print_fabric_rows(console, rows, run.hostnames, run.config, run.hardware)
 
 
-FABRIC = register_kind(ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric,
-                                  report_page=fabric_report_page, compares_alone=True))
+# registered with the fabric feature (command.py)
+FABRIC = ResultKind(name=KIND, console=print_live_fabric, figure=draw_fabric, report_page=fabric_report_page,
+                    compares_alone=True)

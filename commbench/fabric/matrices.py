@@ -4,12 +4,12 @@ Read from rows only (a live run's or a saved file's), so the console, the JSON, 
 nothing here or in what reads it (outliers, drift, analysis, tables, heatmap, hooks) imports torch, so
 the commands that read saved files stay quick to start.
 An entry [a][b] is the direction a -> b: for bandwidth a sends and b receives; for latency a leads the
-ping-pong. A pair direction's value in a pass is its p50, or, when the pass measured it again (a
-recheck), the better of the two (the higher bandwidth, the lower latency): a slowdown counts only if it
-is there both times. A rank-pair value is the median over the soak's passes of those values. A host-pair
-value is the median over the rank pairs between the two hosts; the diagonal of the host matrix is the
-host's intra-node median (None with one rank on it). Unmeasured entries (the diagonal, pairs --sample
-left out) are None.
+ping-pong. A pair direction's value in a pass is its p50, or, when the pass measured it again (its
+confirmations, fabric/confirm.py), the best of them (the higher bandwidth, the lower latency): a
+slowdown counts only if it is there every time. A rank-pair value is the median over the soak's
+passes of those values. A host-pair value is the median over the rank pairs between the two hosts; the
+diagonal of the host matrix is the host's intra-node median (None with one rank on it). Unmeasured
+entries (the diagonal, pairs --sample left out) are None.
 """
 
 import statistics
@@ -110,7 +110,7 @@ def row_value(row: Row) -> float:
 
 
 def pass_values(series: list[Row]) -> list[Row]:
-    """One row per pass of one measurement's rows: the better one where the pass has two (a recheck)."""
+    """One row per pass of one measurement's rows: the best where the pass has more (confirmations)."""
     best: dict[int, Row] = {}
     for row in series:
         known = best.get(row.repeat)

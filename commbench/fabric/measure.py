@@ -8,7 +8,8 @@ barrier and is warmed up. Bandwidth is timed --iters times with a world barrier 
 once; latency is timed over config.LATENCY_ITERS_PER_ITER x --iters round trips back to back (a barrier's
 release skew would be larger than the round trip it precedes). --serial runs the round's pairs one
 after another while every other rank waits at the same barriers; so do the ping-pongs alone where a
-host has more ranks than cores (latency_alone), since concurrent ones would time the CPU scheduler.
+host has more CPU ranks than usable CPUs (latency_alone), since concurrent ones would time the CPU
+scheduler.
 A rank without a pair (a bye, or waiting its turn) issues nothing. After the round, every rank's times
 are gathered; a sample of a pair is the slower of its two ranks' times for that message (the transfer is
 over when both sides are done), and a latency sample is half of that round trip. Only rank 0 builds and
@@ -21,7 +22,8 @@ buffers exist before the first round. Before every round the ranks check in, so 
 and a stop (a signal) is agreed on between rounds.
 """
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -118,11 +120,17 @@ class FabricContext:
     buffers: FabricBuffers
     nodes: NodeGroups
     session: Session  # the stops every rank agrees on, the provenance of rows
-    latency_alone: bool = False  # ping-pongs one pair at a time even in a concurrent round
+    # oversubscribed hosts: host -> (its ranks, its usable CPUs)
+    crowded: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def phase(self) -> str:
         return "serial" if self.config.serial else "concurrent"
+
+    @property
+    def latency_alone(self) -> bool:
+        """Whether ping-pongs run one pair at a time even in a concurrent round: a host is oversubscribed."""
+        return bool(self.crowded) and not self.config.serial
 
 
 def _sit_out(backend: Backend, args: CollectiveArgs) -> None:

@@ -1,8 +1,9 @@
 """`commbench fabric` on the ranks: set up once, measure pass after pass, conclude, and exit accordingly.
 
 Every rank measures and gathers every other rank's times; rank 0 alone builds the rows, records them
-and analyses them, and its conclusions (what to recheck, the suspects) are broadcast, so all recheck
-together and exit with one status (the other ranks keep no rows: a full pass has 2N(N-1)). The
+and analyses them, and its conclusions (what to confirm, the suspects) are broadcast, so all confirm
+together (fabric/confirm.py) and exit with one status (the other ranks keep no rows: a full pass has
+2N(N-1)). The
 `fabric` part of results.json is rewritten after every pass, so an interrupted soak leaves the analysis
 of the passes it finished; once every row is in, the run is one table (Output.table_done), which the
 console shows as the matrices and the verdict (fabric.tables; an interrupted run shows those of the
@@ -16,9 +17,10 @@ from functools import partial
 from commbench.backends.base import Backend
 from commbench.core.sizes import format_size
 from commbench.core.words import plural
-from commbench.fabric.analysis import FabricAnalysis, analyse
+from commbench.fabric.analysis import FabricAnalysis, analyse, crowded_hosts, suspects_of
 from commbench.fabric.config import FabricConfig, Outcome
-from commbench.fabric.kind import FABRIC  # its rows print as matrices and a verdict
+from commbench.fabric.confirm import CONFIRMATIONS, RECHECK, ConfirmationPlan, plan_confirmation
+from commbench.fabric.kind import FABRIC  # the `fabric` part of results.json is named after it
 from commbench.fabric.measure import (
     FabricContext,
     allocate_buffers,
@@ -26,7 +28,7 @@ from commbench.fabric.measure import (
     measure_rounds,
     node_groups,
 )
-from commbench.fabric.schedule import make_schedule, pack_rounds
+from commbench.fabric.schedule import make_schedule
 from commbench.results.model import Row
 from commbench.running.runner import Session
 from commbench.running.soak import repeat_until
@@ -58,22 +60,22 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     buffers = allocate_buffers(backend, config, hostnames)
     schedule = make_schedule(hostnames, config.sample)
     ctx = FabricContext(backend, config, hostnames, schedule, buffers, node_groups(backend, hostnames),
-                        session, _latency_alone(backend, config, hostnames))
+                        session, crowded_hosts(hostnames, _usable_cpus(backend, hostnames)))
     output.note(_summary(ctx))
-    if ctx.latency_alone and not config.serial:
-        output.note("a host has more ranks than cores: ping-pongs run one pair at a time, since concurrent "
-                    "ones would time the wait for a core (bandwidth is still measured a round at a time)")
+    if ctx.latency_alone:
+        output.note("a host has more ranks than CPUs: ping-pongs run one pair at a time, since concurrent "
+                    "ones would time the wait for a CPU (bandwidth is still measured a round at a time)")
     if config.launch.duration_s is None and config.launch.passes is None:
         output.plan(4 * schedule.pair_count + len(ctx.nodes.intra) + len(ctx.nodes.inter))
 
     def publish(rows: list[Row]) -> None:
         if backend.rank == 0:
-            output.section(FABRIC.name, analyse(rows, hostnames, config.slow_factor).to_dict())
+            output.section(FABRIC.name, analyse(rows, hostnames, config.slow_factor, ctx.crowded).to_dict())
 
     rows = repeat_until(config.launch.duration_s, partial(fabric_pass, ctx), output, backend,
                         after_pass=publish, passes=config.launch.passes)
     output.table_done(rows)
-    analysis = analyse(rows, hostnames, config.slow_factor) if backend.rank == 0 else None
+    analysis = analyse(rows, hostnames, config.slow_factor, ctx.crowded) if backend.rank == 0 else None
     suspects = [suspect.name for suspect in analysis.suspects] if analysis is not None else None
     if outcome is not None:  # rank 0's verdict, so that every rank exits with the status it printed
         outcome.suspects = backend.broadcast_object(suspects, root=0)
@@ -82,35 +84,40 @@ def run_fabric(configs: list[FabricConfig], backend: Backend, output: Output, se
     return rows
 
 
-def _latency_alone(backend: Backend, config: FabricConfig, hostnames: list[str]) -> bool:
-    """Whether any host runs more CPU ranks than it has cores (every rank gets the same answer)."""
-    if backend.device.type != "cpu" or config.serial:
-        return False
-    crowded = hostnames.count(hostnames[backend.rank]) > (os.cpu_count() or 1)
-    return any(backend.all_gather_object(crowded))
-
-
-RECHECK = "recheck"
+def _usable_cpus(backend: Backend, hostnames: list[str]) -> dict[str, int]:
+    """Each host's usable CPUs as its first rank sees them (its affinity: what the run's hardware record
+    of the host says), on every rank; none on GPUs, whose times do not wait for a CPU."""
+    if backend.device.type != "cpu":
+        return {}
+    try:
+        mine = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        mine = os.cpu_count() or 1
+    found: dict[str, int] = {}
+    for host, cpus in zip(hostnames, backend.all_gather_object(mine), strict=True):
+        found.setdefault(host, cpus)
+    return found
 
 
 def fabric_pass(ctx: FabricContext, output: Output) -> list[Row]:
-    """One pass: the schedule's rounds and the node all_reduces; then, once more, what a suspect rests
-    on when that is a single measurement (a slow link no host or rank explains, or a host's one
-    intra-node all_reduce), since one measurement can be disturbed by anything else on the machine."""
+    """One pass: the schedule's rounds and the node all_reduces; then the confirmations of what they
+    found slow (fabric/confirm.py): one measurement can be disturbed by anything else on the machine."""
     rows = measure_rounds(ctx, ctx.schedule.rounds, output, ctx.phase)
     rows += measure_nodes(ctx, output, ctx.phase)
-    decision = None
-    if ctx.backend.rank == 0:  # the others have no rows: rank 0 decides for all, so none is left waiting
-        analysis = analyse(rows, ctx.hostnames, ctx.config.slow_factor)
-        decision = (analysis.recheck_pairs(), analysis.recheck_nodes())
-    pairs, nodes = ctx.backend.broadcast_object(decision, root=0)
-    if pairs:
-        output.note(f"rechecking {plural(len(pairs), 'pair')} that one measurement found "
-                    f"slow: {', '.join(f'{low}-{high}' for low, high in pairs)}")
-        rows += measure_rounds(ctx, pack_rounds(pairs), output, RECHECK)
-    if nodes:
-        output.note("rechecking the node all_reduces: one of them named a host")
-        rows += measure_nodes(ctx, output, RECHECK)
+    for number in range(1, CONFIRMATIONS + 1):
+        decision = None
+        if ctx.backend.rank == 0:  # the others have no rows: rank 0 decides for all, so none is left waiting
+            suspects = suspects_of(rows, ctx.hostnames, ctx.config.slow_factor, frozenset(ctx.crowded))
+            found = plan_confirmation(suspects, rows)
+            decision = (found.suspects, found.pairs, found.nodes)  # plain values travel
+        plan = ConfirmationPlan(*ctx.backend.broadcast_object(decision, root=0))
+        if not (plan.pairs or plan.nodes):
+            break
+        output.note(plan.note(number))
+        if plan.pairs:
+            rows += measure_rounds(ctx, ctx.schedule.holding(plan.pairs), output, RECHECK)
+        if plan.nodes:
+            rows += measure_nodes(ctx, output, RECHECK)
     return rows
 
 

@@ -16,6 +16,7 @@ alone (circle_round): choosing costs time in N, where looking at all N-1 rounds 
 """
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -135,20 +136,6 @@ def sample_candidates(world_size: int, sample: int) -> list[Round]:
     return [circle_round(world_size, index) for index in indices]
 
 
-def pack_rounds(pairs: list[tuple[int, int]]) -> tuple[Round, ...]:
-    """Pairs (lower rank first) into as few rounds as first-fit gives, each rank once per round; the
-    same packing on every rank."""
-    rounds: list[list[tuple[int, int]]] = []
-    for pair in sorted(set(pairs)):
-        free = next((found for found in rounds
-                     if not {rank for taken in found for rank in taken} & set(pair)), None)
-        if free is None:
-            rounds.append([pair])
-        else:
-            free.append(pair)
-    return tuple(Round(tuple(sorted(found))) for found in rounds)
-
-
 @dataclass(frozen=True)
 class Schedule:
     """The rounds a fabric pass measures; ``sample`` is --sample's K (None: every pair)."""
@@ -160,6 +147,14 @@ class Schedule:
     @property
     def pair_count(self) -> int:
         return sum(len(one.pairs) for one in self.rounds)
+
+    def holding(self, pairs: Iterable[tuple[int, int]]) -> tuple[Round, ...]:
+        """The rounds that hold any of ``pairs`` (lower rank first), each with those pairs alone: measuring
+        a subset of a pass's pairs again takes at most the pass's rounds, and runs each pair beside the
+        same pairs as before, as far as they are measured again too."""
+        wanted = set(pairs)
+        kept = (tuple(pair for pair in one.pairs if pair in wanted) for one in self.rounds)
+        return tuple(Round(found) for found in kept if found)
 
     def describe(self, serial: bool) -> str:
         rounds = plural(len(self.rounds), "round")

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from commbench.core.sizes import format_size
-from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor
+from commbench.fabric.analysis import FabricAnalysis, analyse, recorded_slow_factor, run_crowding
 from commbench.fabric.drift import describe_spike
 from commbench.measure.robust import BANDWIDTH, LATENCY, Metric
 from commbench.results.model import Row
@@ -115,9 +115,10 @@ def size_texts(config: Mapping[str, Any]) -> tuple[str, str]:
     return size, latency_size
 
 
-def print_fabric_rows(console: Console, rows: list[Row], hostnames: list[str], config: Mapping[str, Any]
-                      ) -> None:
+def print_fabric_rows(console: Console, rows: list[Row], hostnames: list[str], config: Mapping[str, Any],
+                      hardware: Mapping[str, Any]) -> None:
     """A run's fabric rows on the console: its matrices, slow pairs, spikes and verdict, concluded with
-    the --slow-factor it recorded (``config``: the run's meta.config)."""
-    analysis = analyse(rows, hostnames, recorded_slow_factor(config))
+    the --slow-factor it recorded (``config``: the run's meta.config) and the hosts' CPUs (``hardware``:
+    its meta.hardware)."""
+    analysis = analyse(rows, hostnames, recorded_slow_factor(config), run_crowding(rows, hostnames, hardware))
     print_fabric(console, analysis, *size_texts(config))

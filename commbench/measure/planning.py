@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from commbench.core.devices import MemoryBudget, approximate_bytes, explicit_budget
-from commbench.core.dtypes import element_size, torch_dtype
+from commbench.core.dtypes import element_size, matmul_dtype, torch_dtype
 from commbench.core.sizes import format_size
 from commbench.core.splits import DEFAULT_SPLITS, SplitSpec, parse_splits
 from commbench.core.splits import describe as describe_splits
@@ -42,9 +42,12 @@ class SweepRequest(Protocol):
     max_memory: int | None
     iters: int | None
     max_iters: int
+    with_compute: int
     launch: DeviceChoice
 
     def split_spec(self) -> SplitSpec: ...
+
+    def buffer_copies(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -68,11 +71,14 @@ class SizeLimits:
     splits: SplitSpec | None = None
     budget: MemoryBudget | None = None
     device: str = "cpu"
+    copies: int = 1  # sets of buffers a rank holds (--buffers, --concurrent over the same ranks)
+    beside: int = 0  # bytes held beside them for the whole size (--with-compute's matrices)
 
 
 @dataclass(frozen=True)
 class MemoryNeed:
-    """One rank's bytes for one size: its buffers, and torch's temporaries for one op in flight."""
+    """One rank's bytes for one size: its buffers (every set of them, and what is held beside them), and
+    torch's temporaries for one op in flight."""
 
     buffers: int
     temporary: int
@@ -105,9 +111,15 @@ def memory_need(collective: Collective, size: PlannedSize, limits: SizeLimits) -
             buffers = sum(tensor.nbytes for tensor in collective.build(layout("meta")).tensors())
         except RuntimeError:  # "Storage size calculation overflowed": more bytes than a tensor holds
             return MemoryNeed(TENSOR_BYTES_LIMIT, 0)
-        return MemoryNeed(buffers, collective.temporary(layout(limits.device)))
+        temporary = collective.temporary(layout(limits.device))
+        return MemoryNeed(buffers * limits.copies + limits.beside, temporary)
 
     return max((rank_need(rank) for rank in ranks), key=lambda need: need.total)
+
+
+def matmul_bytes(size: int, dtype: str) -> int:
+    """--with-compute's three size x size matrices, in the dtype its matmul runs in (core/dtypes.py)."""
+    return 3 * size * size * element_size(matmul_dtype(dtype))
 
 
 def buffer_bytes(collective: Collective, size: PlannedSize, world_size: int, root: int, dtype: str) -> int:
@@ -279,7 +291,9 @@ def plan_tables(config: SweepRequest, world_size: int, available: MemoryBudget |
             continue
         # A collective that moves no data is timed once, not once per dtype.
         for dtype in config.dtypes if collective.sized else config.dtypes[:1]:
-            limits = SizeLimits(world_size, dtype, config.root, splits, budget, config.launch.device or "cpu")
+            limits = SizeLimits(world_size, dtype, config.root, splits, budget,
+                                config.launch.device or "cpu", copies=config.buffer_copies(),
+                                beside=matmul_bytes(config.with_compute, dtype))
             found = size_plan(collective, config.sizes, limits)
             planned = found.planned
             notes.extend(found.notes)

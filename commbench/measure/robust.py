@@ -39,8 +39,11 @@ def _array(values: Iterable[float] | np.ndarray) -> np.ndarray:
 
 
 def _log_distance(values: np.ndarray, median: float) -> np.ndarray:
-    """ln(value / median) of every value, both floored."""
-    return np.log(np.maximum(values, FLOOR)) - math.log(max(median, FLOOR))
+    """ln(value / median) of every value, both floored. The ratio is taken first: a value equal to the
+    median is exactly 0 away (numpy's vectorised log and math.log may differ in the last bit, which put a
+    lone value 1e-16 from itself)."""
+    with np.errstate(over="ignore"):  # a ratio past 1e308 is infinitely far: inf, as it should be
+        return np.log(np.maximum(values, FLOOR) / max(median, FLOOR))
 
 
 def robust_spread(values: Iterable[float] | np.ndarray) -> tuple[float, float]:
@@ -56,7 +59,16 @@ def slow_mask(values: Iterable[float] | np.ndarray, median: float, log_sigma: fl
     distance = _log_distance(_array(values), median)
     if metric.higher_is_better:
         distance = -distance
-    return distance >= max(SIGMAS * log_sigma, math.log(factor)) - 1e-12  # exactly F x off counts
+    return distance >= _log_gap(log_sigma, factor) - 1e-12  # exactly F x off counts
+
+
+def _log_gap(log_sigma: float, factor: float) -> float:
+    return max(SIGMAS * log_sigma, math.log(factor))
+
+
+def gap_factor(log_sigma: float, factor: float) -> float:
+    """How many times off the median a value must be to be slow: exp(max(4 s, ln F)), F or more."""
+    return math.exp(_log_gap(log_sigma, factor))
 
 
 def relative(value: float, median: float) -> float:

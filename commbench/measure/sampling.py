@@ -1,16 +1,24 @@
-"""How many ops to time at each size, and when to stop.
+"""How many ops to time at each size, when to stop, and how long to warm up.
 
-Adaptive (the default), after Intel MPI Benchmarks' dynamic policy: one probe op is timed, the max over
-ranks is taken, and rank 0 chooses a count that fits the per-size time budget, between --min-iters and
---max-iters and never above the count of a smaller size (in sync mode a count between 6 and 39 rises
-to 40 or 20 samples within twice the budget, else falls to --min-iters: see ``sync_samples``). Ops
-then run in batches, the first of 20 samples (in sync mode the probe is the first of them: it is timed
-as every sample is); after each batch rank 0 computes the 95% confidence interval of the median and
-stops once it is within --precision. Every count is decided on rank 0 and broadcast, so all ranks run the same
-number of ops. A fixed --iters N turns adaptation off.
+Adaptive (the default) spends each size's time where precision is still missing:
 
-Async mode samples windows: a fixed --iters N is one window of N ops; adaptively the count is split into
-windows of about a tenth of it, so the windows' per-op times have a median and an interval too.
+- Warm-up runs until the op's time has stopped falling (an op no more than STEADY_FALL faster than the
+  one before it, each the slowest rank's), within --warmup ops and WARMUP_SHARE of --time-per-size at
+  the latest op's time: small ops warm up until steady, a 0.6 s op gets no warm-up beyond its probe.
+- Sampling then runs in batches. Every row gets at least ``SamplingPolicy.fewest()`` samples (6, the
+  fewest from which the median's distribution-free 95% interval exists, or --min-iters if more), so
+  every row has an interval whatever its size costs. Then, batch by batch (each what the interval's
+  width says is missing, at most as large as all before it, and no larger than the time left allows at
+  the median time so far), until the interval's half-width is within --precision of the median, the
+  timed ops (the slowest rank's seconds) have taken --time-per-size, or --max-iters ops have run.
+- Each size is judged on its own samples and its own time: a slow size takes no samples from another.
+
+Every decision is rank 0's, on the slowest rank's times, broadcast: all ranks run the same ops. A fixed
+--iters N turns adaptation off: exactly --warmup warm-up ops and N timed ops.
+
+Async mode samples windows: a fixed --iters N is one window of N ops; adaptively each window holds about
+a tenth of the ops --time-per-size affords at the latest warm-up op's time, and windows are sampled as
+sync ops are.
 
 An ``Interlude`` (--check-every) runs untimed work after every N timed ops: no timed region (sync batch
 or async window) then spans more than N ops, and the work runs between regions, whose barriers keep it
@@ -19,6 +27,8 @@ temporaries) caps an async window the same way.
 """
 
 import math
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,12 +36,11 @@ import numpy as np
 
 from commbench.backends.base import Backend
 from commbench.measure.stats import MIN_SAMPLES_FOR_CI, PerRank, ci95_rel, slowest_rank_per_iteration
-from commbench.measure.timing import BoundOp, TimedRegion, time_async, time_cuda_graph, time_sync
+from commbench.measure.timing import BoundOp, TimedRegion, time_async, time_cuda_graph, time_sync, warm_up
 
-ASYNC_WINDOWS = 10  # adaptive async mode splits its op count into about this many windows
-# Sync mode: no stop for precision before this many samples, and no interval from fewer (the 95%
-# interval of the median of n < 20 samples spans most of them; a fixed --iters 20 has [x6, x15]).
-SAMPLES_FOR_INTERVAL = 20
+ASYNC_WINDOWS = 10  # adaptive async mode: a window holds about a tenth of the ops the time budget affords
+WARMUP_SHARE = 0.2  # adaptive warm-up stops before it would take this share of --time-per-size
+STEADY_FALL = 0.1  # adaptive warm-up: an op no more than this much faster than the one before is steady
 
 
 @dataclass(frozen=True)
@@ -43,28 +52,42 @@ class SamplingPolicy:
     precision: float
     barrier_per_iter: bool = False
     cuda_graph_replays: int = 0
+    warmup: int = 5  # fixed: the warm-up ops; adaptive: the most of them
+
+    def fewest(self) -> int:
+        """An adaptive row's fewest samples: enough for the median's 95% interval, or --min-iters if
+        more, within --max-iters."""
+        return min(max(self.min_iters, MIN_SAMPLES_FOR_CI), self.max_iters)
 
 
-class IterationBudget:
-    """The calibrated op counts of one collective x dtype x op x mode, by size."""
+def warming_done(seconds: list[float], policy: SamplingPolicy) -> bool:
+    """Whether adaptive warm-up is over, given the slowest rank's seconds of each op so far (the probe's
+    first): the latest op was no more than STEADY_FALL faster than the one before (the time has stopped
+    falling), --warmup ops have run after the probe, or one more at the latest op's time would take the
+    warm-up past WARMUP_SHARE of --time-per-size."""
+    ran = len(seconds) - 1
+    if ran >= policy.warmup or sum(seconds) + seconds[-1] > WARMUP_SHARE * policy.time_per_size:
+        return True
+    return ran > 0 and seconds[-1] >= (1 - STEADY_FALL) * seconds[-2]
 
-    def __init__(self, policy: SamplingPolicy) -> None:
-        self.policy = policy
-        self._counts: dict[int, int] = {}
 
-    def choose(self, size_bytes: int, probe_seconds: float) -> int:
-        """Ops that fit the time budget after a probe of ``probe_seconds`` (max over ranks)."""
-        policy = self.policy
-        fitting = policy.max_iters if probe_seconds <= 0 else int(policy.time_per_size / probe_seconds)
-        count = max(policy.min_iters, min(policy.max_iters, fitting))
-        smaller = [n for size, n in self._counts.items() if size < size_bytes]
-        if smaller:  # a larger message never gets more iterations than a smaller one
-            count = min(count, min(smaller))
-        larger = [n for size, n in self._counts.items() if size > size_bytes]
-        if larger:  # sizes given out of order: stay at or above what larger sizes got
-            count = max(count, max(larger))
-        self._counts[size_bytes] = count
-        return count
+def warm_up_for(op: BoundOp, policy: SamplingPolicy, probe_seconds: float) -> tuple[int, float]:
+    """Warm-up as the policy says, in the mode ``op.args.async_op`` sets: (ops run, the slowest rank's
+    seconds for the latest op, the probe's when none ran). ``probe_seconds``: the probe op's, slowest
+    rank's. Adaptive warm-up times each op on every rank and gathers the times; rank 0 applies
+    ``warming_done`` and broadcasts whether to go on."""
+    if policy.fixed_iters is not None:
+        warm_up(op, policy.warmup)
+        return policy.warmup, probe_seconds
+    backend, seconds = op.backend, [probe_seconds]
+    done = warming_done(seconds, policy) if backend.rank == 0 else None
+    while not backend.broadcast_object(done):
+        started = time.perf_counter()
+        op()
+        backend.complete(op.args)
+        seconds.append(float(backend.all_gather_array([time.perf_counter() - started]).max()))
+        done = warming_done(seconds, policy) if backend.rank == 0 else None
+    return len(seconds) - 1, seconds[-1]
 
 
 @dataclass
@@ -124,16 +147,17 @@ def _gather(backend: Backend, regions: list[TimedRegion]) -> list[np.ndarray]:
     return found
 
 
-def collect(op: BoundOp, mode: str, budget: IterationBudget, size_bytes: int,
+def collect(op: BoundOp, mode: str, policy: SamplingPolicy, per_op_seconds: float,
             interlude: Interlude | None = None, max_window: int | None = None) -> Sampled:
-    """Time ``op`` in ``mode`` under the budget's policy; every rank returns the same samples of every
-    rank.
+    """Time ``op`` in ``mode`` under ``policy`` (its warm-up done: ``warm_up_for``); every rank returns the
+    same samples of every rank. ``per_op_seconds``: the slowest rank's time for the latest untimed op
+    (adaptive async mode sizes its windows by it).
 
     With an ``interlude`` its work runs after every ``interlude.every`` timed ops (not with CUDA graphs,
     whose replays are checked only after timing); an async window never holds more than ``max_window``
     ops (the memory budget's room for torch's temporaries).
     """
-    policy, backend = budget.policy, op.backend
+    backend = op.backend
     if policy.cuda_graph_replays:
         ops = policy.fixed_iters or 20
         seconds, arrivals, host = _gather(backend, [time_cuda_graph(op, ops, policy.cuda_graph_replays)])
@@ -142,24 +166,18 @@ def collect(op: BoundOp, mode: str, budget: IterationBudget, size_bytes: int,
     if policy.fixed_iters is not None:
         seconds, arrivals, host = _gather(backend, split.timed(op, policy.fixed_iters))
         return Sampled(seconds, policy.fixed_iters, arrivals, host)
-    return _collect_adaptive(op, split, budget, size_bytes)
+    return _collect_adaptive(op, split, policy, per_op_seconds)
 
 
-def _collect_adaptive(op: BoundOp, split: "Split", budget: IterationBudget, size_bytes: int) -> Sampled:
-    """Adaptive counts (see the module docstring): a probe, a count that fits the time budget, then
-    batches until the count is spent or the median is precise enough. Every count is rank 0's."""
-    policy, backend = budget.policy, op.backend
-    probe_region = _gather(backend, [time_sync(op, 1, barrier_per_iter=policy.barrier_per_iter)])
-    probe = float(probe_region[0].max())
-    plan = _sample_plan(split, budget, size_bytes, probe) if backend.rank == 0 else None
-    ops_per_sample, samples_wanted, batch = backend.broadcast_object(plan)
-    # seconds, arrivals, host seconds; in sync mode the probe, timed as every sample is, is the first
-    series: list[np.ndarray | None] = [None, None, None]
+def _collect_adaptive(op: BoundOp, split: "Split", policy: SamplingPolicy, per_op_seconds: float) -> Sampled:
+    """Batches of samples until the stop rule of the module docstring holds. Every count is rank 0's."""
+    backend = op.backend
+    ops_per_sample = 1 if split.mode == "sync" else window_ops(policy, per_op_seconds, split.largest())
+    most = max(policy.max_iters // ops_per_sample, policy.fewest())
+    ops_per_sample, batch = backend.broadcast_object((ops_per_sample, policy.fewest()) if backend.rank == 0
+                                                     else None)
+    series: list[np.ndarray | None] = [None, None, None]  # seconds, arrivals, host seconds
     taken = 0
-    if split.mode == "sync":
-        series, taken, batch = probe_region, 1, batch - 1
-        if split.interlude is not None:
-            split.interlude.after(1)
     while batch > 0:
         if split.mode == "sync":
             regions = split.timed(op, batch)
@@ -168,56 +186,42 @@ def _collect_adaptive(op: BoundOp, split: "Split", budget: IterationBudget, size
         series = [_extend(mine, gathered) for mine, gathered in zip(series, _gather(backend, regions),
                                                                     strict=True)]
         taken += batch
-        batch = _agreed_next_batch(backend, [] if series[0] is None else series[0], taken, samples_wanted,
-                                   policy)
+        batch = backend.broadcast_object(
+            next_batch(slowest_rank_per_iteration(series[0]), taken, most, ops_per_sample, policy)
+            if backend.rank == 0 else None)
     seconds, arrivals, host = ([] if values is None else values for values in series)
     return Sampled(seconds, taken * ops_per_sample, arrivals, host)
 
 
-def _sample_plan(split: "Split", budget: IterationBudget, size_bytes: int, probe: float
-                 ) -> tuple[int, int, int]:
-    """(ops per sample, samples wanted, the first batch): sync mode samples ops, async mode windows."""
-    policy = budget.policy
-    count = budget.choose(size_bytes, probe)
-    if split.mode == "sync":
-        ops_per_sample, samples_wanted = 1, sync_samples(count, probe, policy)
-    else:
-        ops_per_sample = min(max(1, math.ceil(count / ASYNC_WINDOWS)), split.largest())
-        samples_wanted = math.ceil(count / ops_per_sample)
-    return ops_per_sample, samples_wanted, min(samples_wanted, max(policy.min_iters, SAMPLES_FOR_INTERVAL))
+def window_ops(policy: SamplingPolicy, per_op_seconds: float, largest: int) -> int:
+    """Ops per adaptive async window: a tenth (ASYNC_WINDOWS) of those --time-per-size affords at
+    ``per_op_seconds`` (within --max-iters), at least one, at most ``largest`` (the memory budget's and
+    --check-every's cap)."""
+    affordable = policy.max_iters if per_op_seconds <= 0 else int(policy.time_per_size / per_op_seconds)
+    return min(max(1, math.ceil(min(affordable, policy.max_iters) / ASYNC_WINDOWS)), largest)
 
 
-def sync_samples(count: int, probe_seconds: float, policy: SamplingPolicy) -> int:
-    """How many sync samples to take of the ``count`` the time budget affords. Below
-    MIN_SAMPLES_FOR_CI no interval is possible: ``count``. Up to 2 x SAMPLES_FOR_INTERVAL the median's
-    interval is no narrower than a fixed --iters 20's, or spans most of the samples: the count rises to
-    the next of 20 and 40 samples that fits in twice --time-per-size, or, when not even 20 fit, falls to
-    --min-iters (no interval claimed rather than one as wide as the samples)."""
-    if count < MIN_SAMPLES_FOR_CI or count >= 2 * SAMPLES_FOR_INTERVAL:
-        return count
-    for samples in (2 * SAMPLES_FOR_INTERVAL, SAMPLES_FOR_INTERVAL):
-        if samples * probe_seconds <= 2 * policy.time_per_size:
-            return min(max(samples, count), policy.max_iters)
-    return count if count >= SAMPLES_FOR_INTERVAL else min(count, policy.min_iters)
-
-
-def _agreed_next_batch(backend: Backend, per_rank: PerRank, taken: int, wanted: int,
-                       policy: SamplingPolicy) -> int:
-    """Rank 0's next batch, broadcast: every rank runs the same ops."""
-    batch = _next_batch(slowest_rank_per_iteration(per_rank), taken, wanted, policy) if backend.rank == 0 \
-        else 0
-    return backend.broadcast_object(batch)
-
-
-def _next_batch(samples: list[float], taken: int, wanted: int, policy: SamplingPolicy) -> int:
-    """0 to stop: the budget is spent or the median is known to within the precision asked for."""
-    if taken >= wanted:
+def next_batch(samples: list[float], taken: int, most: int, ops_per_sample: int, policy: SamplingPolicy
+               ) -> int:
+    """The next batch of samples, 0 to stop: fewer than ``policy.fewest()`` samples are never enough;
+    after them, stop once the median's interval is within --precision, ``most`` samples are taken, or
+    the timed ops so far (``samples``, the slowest rank's seconds per op, ``ops_per_sample`` ops each)
+    leave no time in --time-per-size for one more sample at their median. A batch is what the interval's
+    width says is missing (it narrows as 1 / sqrt(samples): r / p times too wide wants (r / p)^2 times
+    the samples), at least a quarter of what was taken and at most as much again, within those limits.
+    """
+    if taken < policy.fewest():
+        return policy.fewest() - taken
+    if taken >= most:
         return 0
-    if taken >= policy.min_iters:
-        relative = ci95_rel(samples)
-        if relative is not None and relative <= policy.precision:
-            return 0
-    return min(wanted - taken, taken)  # double what has been taken, within the budget
+    relative = ci95_rel(samples)
+    if relative is not None and relative <= policy.precision:
+        return 0
+    missing = taken if relative is None else math.ceil(taken * (relative / policy.precision) ** 2) - taken
+    per_sample = statistics.median(samples) * ops_per_sample
+    spent = sum(samples) * ops_per_sample
+    fitting = most if per_sample <= 0 else int((policy.time_per_size - spent) / per_sample)
+    return max(0, min(taken, max(missing, math.ceil(taken / 4)), fitting, most - taken))
 
 
 @dataclass(frozen=True)

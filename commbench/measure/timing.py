@@ -7,7 +7,8 @@ Every region also yields the host-observed time of its samples (on CPU the same 
 cuda_timing.py).
 
 Nothing inside a timed region allocates, fills or checks: buffers, events and sample slots exist before
-the first op is issued.
+the first op is issued. An op's ``prepare`` (--flush-cache's write) runs before each sample, outside its
+time: before the barrier of --barrier per-iter, before the timer starts.
 
 Arrivals: right after the barrier that opens a timed region every rank reads its monotonic clock; the
 host stamp at the start of each op, relative to that reading, is the rank's arrival at that op. The
@@ -31,9 +32,15 @@ class BoundOp:
     backend: Backend
     args: CollectiveArgs
     issue: Callable[[Backend, CollectiveArgs], None]
+    before: Callable[[], None] | None = None  # untimed work before each sample (measure/cache.py's flush)
 
     def __call__(self) -> None:
         self.issue(self.backend, self.args)
+
+    def prepare(self) -> None:
+        """What runs before each sample, outside its time."""
+        if self.before is not None:
+            self.before()
 
 
 class WallClockTimer:
@@ -81,14 +88,6 @@ def warm_up(op: BoundOp, count: int) -> None:
     op.backend.complete(op.args)
 
 
-def warm_up_count(requested: int, seconds_per_op: float, budget_s: float | None) -> int:
-    """Warm-up ops: ``requested`` (--warmup), fewer when they would take longer than ``budget_s`` at
-    ``seconds_per_op`` (the slowest rank's probe op, which was itself a warm-up); None: no time limit."""
-    if budget_s is None or seconds_per_op <= 0:
-        return requested
-    return min(requested, int(budget_s / seconds_per_op))
-
-
 @dataclass
 class TimedRegion:
     """One rank's timed region: seconds per sample, when it arrived at each sample's first op (in
@@ -111,6 +110,7 @@ def time_sync(op: BoundOp, iters: int, barrier_per_iter: bool = False) -> TimedR
     backend.barrier()
     origin_ns = time.perf_counter_ns()
     for slot in range(iters):
+        op.prepare()
         if barrier_per_iter:
             backend.barrier()
         timer.start(slot)
@@ -125,6 +125,7 @@ def time_async(op: BoundOp, iters: int) -> TimedRegion:
     backend, args = op.backend, op.args
     args.async_op = True
     timer = make_timer(backend, 1)
+    op.prepare()
     backend.barrier()
     origin_ns = time.perf_counter_ns()
     timer.start(0)
@@ -149,6 +150,7 @@ def time_cuda_graph(op: BoundOp, ops: int, replays: int) -> TimedRegion:
     backend.barrier()
     origin_ns = time.perf_counter_ns()
     for slot in range(replays):
+        op.prepare()
         timer.start(slot)
         graph.replay()
         timer.finish(slot, args)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from commbench.core.devices import MemoryBudget, approximate_bytes, explicit_budget
 from commbench.core.dtypes import element_size
 from commbench.errors import UsageError
+from commbench.patterns.config import FsdpConfig
 from commbench.patterns.fsdp_check import BLOCK
-from commbench.patterns.fsdp_config import FsdpConfig
 from commbench.patterns.models import load_model
 from commbench.patterns.sharding import ShardPlan, parse_buckets, shard_model
 

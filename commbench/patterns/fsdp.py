@@ -13,8 +13,10 @@ import torch
 from commbench.backends.base import Backend
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.core.dtypes import torch_dtype
+from commbench.core.sizes import approximate_size
 from commbench.core.words import plural
 from commbench.errors import failures_named
+from commbench.patterns.config import FSDP, FsdpConfig, resolve_fsdp  # noqa: F401 (the pattern's names)
 from commbench.patterns.estimate import (
     StepCost,
     StepProgress,
@@ -27,9 +29,7 @@ from commbench.patterns.estimate import (
     time_text,
 )
 from commbench.patterns.fsdp_check import FsdpChecker, run_check, seconds_per_value
-from commbench.patterns.fsdp_config import PATTERN, FsdpConfig, resolve_fsdp  # noqa: F401 (the pattern's names)
 from commbench.patterns.fsdp_step import FsdpStep, ShardState, StepOptions
-from commbench.patterns.kind import PATTERN_KINDS  # noqa: F401 - its rows' tables on the console
 from commbench.patterns.measure import StepRun, measure_breakdown, measure_overlap, probe_alpha_beta, step_dry
 from commbench.patterns.models import load_model
 from commbench.patterns.schedule import Label
@@ -88,16 +88,15 @@ def fsdp_schedule(config: FsdpConfig, world_size: int, bucket: str = "unit", dev
     return step_dry(backend, setup.step(backend, parse_buckets(bucket)[0]), f"fsdp {config.model} schedule")
 
 
-def run_fsdp(configs: list[FsdpConfig], backend: Backend, output: Output, session: Session | None = None
-             ) -> list[Row]:
-    """Every bucketing of the (one) config's buckets: an untimed --check step, timed steps, rows as each
-    finishes. (A pattern runs on the world: of the ``session`` it takes the rows' provenance context.)"""
-    (config,) = configs
+def measure_fsdp(config: FsdpConfig, backend: Backend, output: Output, session: Session) -> list[Row]:
+    """Every bucketing of the config's buckets: an untimed --check step, timed steps, rows as each
+    finishes. (A pattern runs on the world: of the ``session`` it takes the memory budget and the rows'
+    provenance context.)"""
     with _estimate(config, backend, output, session) as progress:  # refused here when it would not fit
         return _run_bucketings(config, backend, output, session, progress)
 
 
-def _run_bucketings(config: FsdpConfig, backend: Backend, output: Output, session: Session | None,
+def _run_bucketings(config: FsdpConfig, backend: Backend, output: Output, session: Session,
                     progress: StepProgress) -> list[Row]:
     setup = fsdp_setup(config, backend.world_size, backend.device)
     plan, reduction = setup.plan, setup.reduction
@@ -132,11 +131,11 @@ def _run_bucketings(config: FsdpConfig, backend: Backend, output: Output, sessio
             if checker is not None:
                 run_check(backend, checker, step, context)
                 progress.step_done()
-            shared = dict(pattern=PATTERN, variant=config.variant, model=model.label, dtype=step_dtype,
+            shared = dict(pattern=FSDP, variant=config.variant, model=model.label, dtype=step_dtype,
                           bucket_mb=bucketing.label, predivide=reduction.predivide,
                           postdivide=reduction.postdivide)
             run = StepRun(backend, step, labels, context, config.iters, config.warmup, shared,
-                          row_context=session.row_context if session else None, step_done=progress.step_done)
+                          row_context=session.row_context, step_done=progress.step_done)
             measured = measure_breakdown(run).rows
             if config.overlap:
                 compute_size, overlap_rows = measure_overlap(run, compute_size, setup.state.param_dtype)
@@ -151,11 +150,11 @@ def _run_bucketings(config: FsdpConfig, backend: Backend, output: Output, sessio
     return rows
 
 
-def _estimate(config: FsdpConfig, backend: Backend, output: Output, session: Session | None) -> StepProgress:
+def _estimate(config: FsdpConfig, backend: Backend, output: Output, session: Session) -> StepProgress:
     """Say what the run will hold and take before allocating anything; refuse it past the budget."""
     device, world = backend.device.type, backend.world_size
     memory = fsdp_memory(config, world, device)
-    budget = budget_of(config.max_memory, session.memory if session else None)
+    budget = budget_of(config.max_memory, session.memory)
     if budget is not None:
         refuse_past_budget(memory, budget, fsdp_hint(config, world, device, budget.limit))
     labels = fsdp_schedule(config, world, config.buckets[0], device)  # on the meta device: nothing held
@@ -176,7 +175,7 @@ def _estimate(config: FsdpConfig, backend: Backend, output: Output, session: Ses
 def _summary(setup: FsdpSetup, config: FsdpConfig) -> str:
     plan, reduction = setup.plan, setup.reduction
     model = plan.model
-    mib = model.numel * setup.state.param_shards.element_size() / 2**20
+    model_bytes = model.numel * setup.state.param_shards.element_size()
     cut = f" (first {model.layers_kept} of {model.layer_count} layers)" if model.layers_kept else ""
     regather = "re-gathered in backward" if config.reshard else "kept from forward (--no-reshard)"
     api = "list all_gather" if setup.options.gather_list else "flat APIs"
@@ -184,7 +183,8 @@ def _summary(setup: FsdpSetup, config: FsdpConfig) -> str:
         f", predivide {reduction.predivide:g}, postdivide {reduction.postdivide:g}"
     param_dtype, reduce_dtype = config.dtypes()
     return (f"fsdp{config.fsdp_version} {model.name}{cut}: {plural(len(plan.units), 'unit')}, "
-            f"{model.param_count} parameters, {model.numel:,} elements ({mib:,.1f} MiB {param_dtype}); at "
+            f"{model.param_count} parameters, {model.numel:,} elements "
+            f"({approximate_size(model_bytes)} {param_dtype}); at "
             f"{plural(plan.world_size, 'rank')} {plan.shard_numel:,} elements per rank, {plan.padding:,} of "
             f"padding; all-gathers in {param_dtype}, reduce-scatters in {reduce_dtype} "
             f"({reduction.op}{divide}); parameters {regather} (the root's always kept); {api}")

@@ -18,6 +18,7 @@ import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.errors import RunError
+from commbench.measure.compute import MatmulKernel
 from commbench.measure.sampling import Sampled
 from commbench.measure.stats import summarize
 from commbench.measure.timing import make_timer
@@ -257,7 +258,7 @@ def measure_overlap(run: StepRun, compute_size: int | None, dtype: torch.dtype) 
         compute_size = overlap_math.calibrate_size(
             lambda n: overlap_math.time_kernel(n, dtype, device, backend.sync_device), target)
         compute_size = int(backend.broadcast_object(compute_size, root=0))  # every rank: the same matmul
-    kernel = overlap_math.MatmulKernel(compute_size, dtype, device)
+    kernel = MatmulKernel(compute_size, dtype, device)
 
     def compute_only() -> None:
         for _ in range(kernels):

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from commbench.measure.compute import MatmulKernel
+
 MIN_COMPUTE_SIZE, MAX_COMPUTE_SIZE, SIZE_STEP = 16, 16384, 16
 
 
@@ -26,26 +28,6 @@ def overlap_percent(comm_us: float, compute_us: float, both_us: float) -> float 
     if comm_us <= 0:
         return None
     return min(100.0, max(0.0, 100.0 * (1.0 - (both_us - compute_us) / comm_us)))
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Matmuls run in the model's dtype when it is a floating type matmul supports, else in float32."""
-    return dtype if dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16) else torch.float32
-
-
-class MatmulKernel:
-    """C = A @ B on square ``size x size`` matrices, allocated once; a call only launches the matmul."""
-
-    def __init__(self, size: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.size = size
-        dtype = compute_dtype(dtype)
-        # 1/size keeps every product and sum at 1/size: finite in every dtype, never denormal
-        self.a = torch.full((size, size), 1.0 / size, dtype=dtype, device=device)
-        self.b = torch.ones((size, size), dtype=dtype, device=device)
-        self.c = torch.empty((size, size), dtype=dtype, device=device)
-
-    def __call__(self) -> None:
-        torch.matmul(self.a, self.b, out=self.c)
 
 
 def _round_size(size: float) -> int:

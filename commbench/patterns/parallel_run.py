@@ -14,12 +14,12 @@ from commbench.core.dtypes import torch_dtype
 from commbench.core.sizes import format_size
 from commbench.core.words import plural
 from commbench.errors import failures_named
+from commbench.patterns.config import ParallelConfig
 from commbench.patterns.estimate import StepCost, StepProgress, time_text
-from commbench.patterns.kind import PATTERN_KINDS  # noqa: F401 - its rows' tables on the console
 from commbench.patterns.measure import Breakdown, Step, StepRun, measure_breakdown, probe_alpha_beta, step_dry
 from commbench.patterns.models import ModelSpec, load_model
 from commbench.patterns.moe import MoeStep, Router, imbalance_rows
-from commbench.patterns.parallel import GroupInfo, ParallelConfig, make_groups
+from commbench.patterns.parallel import GroupInfo, make_groups
 from commbench.patterns.pp import PipelineLink, PpStep, TimedCompute, bubble_rows, one_f_one_b
 from commbench.patterns.schedule import SYNC, Issuer, Label
 from commbench.patterns.threed import (
@@ -36,6 +36,7 @@ from commbench.running.runner import Session
 from commbench.writers.output import Output
 
 Extras = Callable[[StepRun, Breakdown], tuple[list[Row], list[str]]]
+Build = Callable[[ParallelConfig, ModelSpec, dict[str, GroupInfo], Backend], "Workload"]
 
 
 @dataclass
@@ -138,9 +139,6 @@ def build_3d(config: ParallelConfig, model: ModelSpec, groups: dict[str, GroupIn
                     summary, lambda run, breakdown: critical_path_rows(run, breakdown, compute))
 
 
-BUILDERS = {"tp": build_tp, "moe": build_moe, "pp": build_pp, "3d": build_3d}
-
-
 def check_step(backend: Backend, workload: Workload, groups: dict[str, GroupInfo], context: str) -> None:
     """One untimed step with every collective verified; every rank raises if any rank found a mismatch."""
     ranks = tuple(range(backend.world_size))
@@ -159,14 +157,13 @@ def _estimate(config: ParallelConfig, backend: Backend, labels: list[Label], out
     return StepProgress(output.note, steps)
 
 
-def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output,
-                 session: Session | None = None) -> list[Row]:
-    """The (one) config's pattern: a dry step, --check, timed steps, rows."""
-    (given,) = configs
+def measure_parallel(given: ParallelConfig, build: Build, backend: Backend, output: Output, session: Session
+                     ) -> list[Row]:
+    """The config's pattern, its step made by ``build``: a dry step, --check, timed steps, rows."""
     model = load_model(given.model, given.layers)
     config = given.for_world(model, backend.world_size)
     groups = make_groups(backend, config.mesh(backend.world_size))
-    workload = BUILDERS[config.pattern](config, model, groups, backend)
+    workload = build(config, model, groups, backend)
     output.note(workload.summary)
     if config.seq_len_of(model) != given.seq_len_of(model):
         output.note(f"sequence length {config.seq_len} (the model's {given.seq_len_of(model)} shortened so "
@@ -183,7 +180,7 @@ def run_parallel(configs: list[ParallelConfig], backend: Backend, output: Output
                 check_step(backend, workload, groups, context)
                 progress.step_done()
             run = StepRun(backend, workload.step, labels, context, config.iters, config.warmup, shared,
-                          layouts, row_context=session.row_context if session else None,
+                          layouts, row_context=session.row_context,
                           step_done=progress.step_done)
             breakdown = measure_breakdown(run)
         rows, notes = workload.extras(run, breakdown) if workload.extras else (breakdown.rows, [])

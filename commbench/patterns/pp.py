@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from commbench.backends.base import Backend, CollectiveArgs
+from commbench.measure.compute import MatmulKernel
 from commbench.measure.stats import summarize
 from commbench.patterns.measure import Breakdown
-from commbench.patterns.overlap import MatmulKernel
 from commbench.patterns.parallel import GroupInfo
 from commbench.patterns.schedule import Issuer, Label, dtype_name
 from commbench.results.model import Row

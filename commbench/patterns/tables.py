@@ -3,8 +3,8 @@ activation patterns' are in parallel_tables.py, these are FSDP's.
 
 1. Per unit: the all-gather times (forward, backward) and the reduce-scatter time of each bucketing side
    by side, p50 milliseconds per step (an FSDP step takes milliseconds to seconds: no time is in µs).
-2. Per bucketing: time per step, the collectives it issued, the time spent outside collectives, bytes
-   moved, and which bucketing was fastest.
+2. Per bucketing (a column each): time per step, the collectives it issued, the time spent outside
+   collectives and bytes moved; a closing line names the fastest bucketing.
 3. With --overlap: compute alone, communication alone, both, and the overlap percentage.
 """
 
@@ -12,8 +12,7 @@ from rich.table import Table
 
 from commbench.core.words import plural
 from commbench.measure.stats import summarize
-from commbench.patterns.parallel import PATTERNS
-from commbench.patterns.parallel_tables import parallel_tables
+from commbench.patterns.config import FSDP
 from commbench.results.model import Row
 
 FLUSH_LABEL = "(end of backward)"
@@ -33,13 +32,9 @@ def _pooled_p50(rows: list[Row]) -> float | None:
     return summarize(samples).p50 if samples else None
 
 
-def pattern_tables(rows: list[Row]) -> list:
-    """Renderables for one pattern run's rows: FSDP's tables and a closing line naming the best bucketing,
-    or the activation patterns' tables (replay rows have a summary of their own)."""
-    activation = [row for row in rows if row.pattern in PATTERNS]
-    if activation:
-        return parallel_tables(activation)
-    rows = [row for row in rows if row.pattern == "fsdp"]
+def fsdp_tables(rows: list[Row]) -> list:
+    """Renderables for one FSDP run's rows: its tables and a closing line naming the best bucketing."""
+    rows = [row for row in rows if row.pattern == FSDP]
     if not rows:
         return []
     buckets = list(dict.fromkeys(row.bucket_mb for row in rows))
@@ -110,24 +105,29 @@ def _scatter_cell(row: Row | None) -> str:
 
 
 def step_table(rows: list[Row], buckets: list[str], where: str) -> Table:
+    """A row per measure and a column per bucketing, so that it fits 100 columns up to six bucketings (the
+    closing line names the fastest)."""
     table = Table(title=f"{where} · time per step", title_justify="left", header_style="bold")
-    for name in ("bucketing", "collectives", "reduce-scatters", "step p50 ms", "p95 ms", "min ms", "max ms",
-                 "in collectives ms", "outside ms", "MiB moved", "algbw GB/s", ""):
-        table.add_column(name, justify="left" if name == "bucketing" else "right")
-    best = _best(rows)
+    table.add_column("per step", justify="left")
+    measures = [[name] for name in ("collectives", "reduce-scatters", "step p50 ms", "p95 ms", "min ms",
+                                    "max ms", "in collectives ms", "outside ms", "MiB moved", "algbw GB/s")]
     for bucket in buckets:
         step = _find(rows, bucket, "sync", "step")
         if step is None:
             continue
+        table.add_column(_bucket_name(bucket), justify="right")
         collectives = _find(rows, bucket, "sync", "collectives")
         scatters = sum(row.calls_per_step or 0 for row in rows if row.bucket_mb == bucket
                        and row.mode == "sync" and row.collective.startswith("reduce_scatter"))
-        table.add_row(_bucket_name(bucket), str(step.calls_per_step), str(scatters), _ms(step.time_us_p50),
-                      _ms(step.time_us_p95), _ms(step.time_us_min), _ms(step.time_us_max),
-                      _ms(None if collectives is None else collectives.time_us_p50),
-                      _ms(_outside(step, collectives)), f"{step.size_bytes / 2**20:.1f}",
-                      "-" if step.algbw_gbps is None else f"{step.algbw_gbps:.3f}",
-                      "best" if best is not None and step is best and len(buckets) > 1 else "")
+        inside = None if collectives is None else collectives.time_us_p50
+        algbw = "-" if step.algbw_gbps is None else f"{step.algbw_gbps:.3f}"
+        cells = [str(step.calls_per_step), str(scatters), _ms(step.time_us_p50), _ms(step.time_us_p95),
+                 _ms(step.time_us_min), _ms(step.time_us_max), _ms(inside), _ms(_outside(step, collectives)),
+                 f"{step.size_bytes / 2**20:.1f}", algbw]
+        for measure, cell in zip(measures, cells, strict=True):
+            measure.append(cell)
+    for measure in measures:
+        table.add_row(*measure)
     return table
 
 
@@ -160,11 +160,6 @@ def overlap_table(rows: list[Row], buckets: list[str], where: str) -> Table | No
 def _find(rows: list[Row], bucket: str, mode: str, phase: str) -> Row | None:
     return next((row for row in rows if row.bucket_mb == bucket and row.mode == mode and row.phase == phase),
                 None)
-
-
-def _best(rows: list[Row]) -> Row | None:
-    steps = [row for row in rows if row.mode == "sync" and row.phase == "step"]
-    return min(steps, key=lambda row: row.time_us_p50) if steps else None
 
 
 def best_line(rows: list[Row]) -> str:

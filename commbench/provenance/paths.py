@@ -16,7 +16,10 @@ from commbench.results.model import Row
 
 
 def _verdict(row: Row, reader: NcclLogReader) -> tuple[str, str] | None:
-    expectation = REGISTRY[row.impl].evidence.nccl_log if row.impl in REGISTRY else ""
+    evidence = REGISTRY[row.impl].evidence if row.impl in REGISTRY else None
+    if evidence is None or (not evidence.judged_alone and row.group_size == 1):
+        return None  # at one rank NCCL launches nothing of either path: nothing to judge by
+    expectation = evidence.nccl_log
     log = reader.log
     if expectation == "registration":
         if log.refused and not log.registered:

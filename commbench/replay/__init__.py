@@ -3,5 +3,6 @@
 Data flows one way: files (loading: safe pickle, Flight Recorder, profiler traces) -> a Trace of recorded
 operations per rank (model) -> a window (window) -> cross-rank checks (validate) -> each rank's
 operations on this world's groups (mapping) -> passes through the Backend (execute) -> rows (rows) and
-a console summary (summary). command.py holds the configuration and the one function that launches it.
+a console summary (summary). config.py holds the configuration and its checks, command.py registers the
+feature, run.py is what each rank runs.
 """

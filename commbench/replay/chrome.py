@@ -21,7 +21,7 @@ from typing import Any
 
 from commbench.core.words import plural
 from commbench.errors import UsageError
-from commbench.replay.flight import DTYPE_NAMES, OPERATION_NAMES
+from commbench.recordings.flight import DTYPE_NAMES, OPERATION_NAMES
 from commbench.replay.model import P2P_OPS, RecordedGroup, RecordedOp, Shape, Trace
 
 # The profiler's type names (c10's C++ names) -> commbench's dtype names.

@@ -1,80 +1,16 @@
-"""`commbench replay`: its configuration, its checks before anything starts, and the one function that
-launches it (what each rank runs is run.py). Importing this module does not import torch.
-
-Every process (the spawner and each rank) loads, selects and validates the recording itself, so bad
-input stops before any process group starts, and the ranks then check that they all read the same thing.
+"""`commbench replay`'s registration (running/features.py): its options are ReplayConfig's declared
+fields (config.py) with the launch settings every measuring command offers; without a launcher or
+--nproc it spawns as many ranks as the recording has. Importing this module does not import torch.
 """
 
-from dataclasses import dataclass, field, replace
+from commbench.replay.config import ReplayConfig, resolve_replay
+from commbench.replay.kind import REPLAY
+from commbench.running.features import Feature, register_feature
+from commbench.running.launch import deferred
 
-from commbench.config.launch import LaunchConfig, check_count, resolve_launch
-from commbench.core.words import plural
-from commbench.errors import UsageError
-from commbench.replay.loading import load_trace
-from commbench.replay.mapping import ReplayPlan, map_trace
-from commbench.replay.model import PATTERN, Trace
-from commbench.replay.validate import validate
-from commbench.replay.window import parse_selection, select
-
-
-@dataclass(kw_only=True)
-class ReplayConfig:
-    """One `commbench replay` run."""
-
-    launch: LaunchConfig = field(default_factory=LaunchConfig)  # nproc 0: as many ranks as recorded
-    traces: list[str] = field(default_factory=list)  # directories, globs or files
-    select: str = "all"  # all, seq:A-B or last:N (window.py)
-    warmup: int = 1  # untimed passes
-    iters: int = 5  # timed passes
-    keep_gaps: bool = False  # re-insert the recorded idle time between a rank's operations
-    check: bool = False  # one more pass with known values, every output compared
-    record: str | None = None  # PREFIX: record one more pass to PREFIX<rank> (record.py)
-    pattern: str = PATTERN
-
-    def check_world(self, world_size: int) -> None:
-        """Any world size takes a recording (mapping.py's rule); resolve_replay checks that something
-        can be placed on the ranks it spawns, and each rank on the world it finds."""
-
-
-# The most operations a rank replays (docs/limits.md): each is a step of every pass, with buffers and a
-# timer slot; a recording with more is cut to a window (--select) first.
-MAX_REPLAY_OPS = 100_000
-
-
-def load_selected(config: ReplayConfig) -> Trace:
-    """The recording the config names, cut to its window and validated across ranks."""
-    trace = select(load_trace(config.traces), parse_selection(config.select))
-    busiest = max(trace.ops, key=lambda rank: len(trace.ops[rank]), default=None)
-    if busiest is not None and len(trace.ops[busiest]) > MAX_REPLAY_OPS:
-        raise UsageError(f"rank {busiest}'s recording holds {len(trace.ops[busiest]):,} operations in the "
-                         f"window, more than the {MAX_REPLAY_OPS:,} a replay runs: choose a window with "
-                         "--select seq:A-B or last:N (docs/limits.md)")
-    return validate(trace)
-
-
-def resolve_replay(config: ReplayConfig) -> ReplayConfig:
-    """A checked copy with backend, device and rank count settled; UsageError on the first problem."""
-    check_count("--warmup", config.warmup, minimum=0)
-    check_count("--iters", config.iters, minimum=1)
-    check_count("--nproc", config.launch.nproc, minimum=0)
-    parse_selection(config.select)
-    trace = load_selected(config)
-    launch = resolve_launch(replace(config.launch, nproc=config.launch.nproc or trace.world_size))
-    mapped_plan(trace, launch.nproc)
-    return replace(config, launch=launch)
-
-
-def launch_replay(config: ReplayConfig) -> int:
-    """The one place a replay reaches the ranks: spawned locally or as a launched rank, each running
-    run_replay once its process group is up."""
-    from commbench.running.launch import deferred, launch
-
-    return launch([config], deferred("commbench.replay.run", "run_replay"))
-
-
-def mapped_plan(trace: Trace, world_size: int) -> ReplayPlan:
-    plan = map_trace(trace, world_size)
-    if not any(plan.ops.values()):
-        reasons = ", ".join(f"{name} x{count}" for name, count in plan.unmapped.most_common(3))
-        raise UsageError(f"no recorded operation can be placed on {plural(world_size, 'rank')} ({reasons})")
-    return plan
+REPLAY_FEATURE = register_feature(Feature(
+    name="replay",
+    summary="Replay and time a job's communication from torch's Flight Recorder dumps or profiler traces "
+            "(one per rank); without a launcher or --nproc, as many ranks as recorded. See docs/replay.md.",
+    config=ReplayConfig, resolve=resolve_replay, work=deferred("commbench.replay.run", "run_replay"),
+    kinds=(REPLAY,), defaults={"nproc": 0}))

@@ -6,7 +6,7 @@ any rows do.
 from rich.console import Console
 
 from commbench.replay.model import PATTERN
-from commbench.results.kinds import LiveRun, ResultKind, register_kind
+from commbench.results.kinds import LiveRun, ResultKind
 from commbench.results.model import Row
 
 
@@ -14,4 +14,4 @@ def no_table(console: Console, rows: list[Row], run: LiveRun) -> None:
     """The summary lines the replay prints stand for its table."""
 
 
-REPLAY = register_kind(ResultKind(name=PATTERN, console=no_table))
+REPLAY = ResultKind(name=PATTERN, console=no_table)  # registered with the replay feature (command.py)

@@ -1,52 +1,19 @@
-"""Reading recordings: which files, which format, which rank, safely.
+"""Reading recordings for the replay: every rank's file, one format, one file per rank.
 
-Invariants: nothing from a file is ever executed. Pickles go through PlainDataUnpickler, which refuses
-every class and function (so only dicts, lists, tuples, strings, numbers, booleans and None come out);
-JSON is parsed by the json module. The format is told from the content, never from the file name. Every
-problem is one UsageError naming the file.
+The safe reading itself (the plain-data unpickler, format detection, the rank from the file name) is
+commbench.recordings.files, shared with diagnose; this module picks the rank of a profiler trace from
+its content and hands the payloads to the format's parser. Every problem is one UsageError.
 """
 
-import glob
-import gzip
-import io
-import json
-import pickle
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from commbench.errors import UsageError
+from commbench.recordings.files import PROFILER, decode, expand, load_plain_pickle, rank_from_name
 from commbench.replay import chrome, flight
 from commbench.replay.model import Trace
 
-FLIGHT_RECORDER = "flight-recorder"
-FLIGHT_RECORDER_JSON = "flight-recorder-json"
-PROFILER = "profiler"
-_TRAILING_NUMBER = re.compile(r"(\d+)$")  # the rank, as torch's fr_trace analyzer reads file names
-
-
-class PlainDataUnpickler(pickle.Unpickler):
-    """Loads plain data only: any class, function or persistent id in the stream is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"it asks for {module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("it asks for a persistent object")
-
-
-def load_plain_pickle(data: bytes, path: Path) -> Any:
-    try:
-        return PlainDataUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as exc:
-        if str(exc).startswith("it asks for"):
-            raise UsageError(f"{path}: refused to load: {exc} (a Flight Recorder dump holds only plain "
-                             "data; this pickle would run code)") from None
-        raise UsageError(f"{path}: truncated or corrupt pickle ({exc})") from None
-    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError,
-            RecursionError, OverflowError) as exc:
-        raise UsageError(f"{path}: truncated or corrupt pickle ({type(exc).__name__}: {exc})") from None
+__all__ = ["RankFile", "load_plain_pickle", "load_trace", "read_rank_file"]  # load_plain_pickle: its old home
 
 
 @dataclass(frozen=True)
@@ -59,73 +26,11 @@ class RankFile:
     payload: dict
 
 
-def expand(sources: list[str]) -> list[Path]:
-    """The files named by directories (their files), globs and paths, sorted, each once."""
-    found: list[Path] = []
-    for source in sources:
-        path = Path(source)
-        if path.is_dir():
-            files = [child for child in path.iterdir() if child.is_file() and not child.name.startswith(".")]
-            if not files:
-                raise UsageError(f"{source}: the directory holds no trace files")
-            found.extend(files)
-        elif glob.has_magic(source):
-            matched = [Path(name) for name in glob.glob(source) if Path(name).is_file()]
-            if not matched:
-                raise UsageError(f"{source}: no file matches")
-            found.extend(matched)
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise UsageError(f"{source}: no such file or directory")
-    return sorted(dict.fromkeys(found))
-
-
-def _rank_from_name(path: Path) -> int | None:
-    stem = path.name
-    for suffix in (".gz", ".json", ".pkl", ".pickle"):
-        stem = stem.removesuffix(suffix)
-    found = _TRAILING_NUMBER.search(stem)
-    return int(found.group(1)) if found else None
-
-
-def _decode(path: Path) -> tuple[str, dict]:
-    """(format, payload) from the bytes, whatever the file is called."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if data[:2] == b"\x1f\x8b":  # gzip, as torch.profiler writes *.json.gz
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, ValueError) as exc:
-            raise UsageError(f"{path}: truncated or corrupt gzip file ({exc})") from None
-    if not data.strip():
-        raise UsageError(f"{path}: the file is empty")
-    if data[:1] == b"\x80":  # pickle protocol 2 and later: what torch's Flight Recorder writes
-        payload = load_plain_pickle(data, path)
-        if isinstance(payload, dict) and "entries" in payload:
-            return FLIGHT_RECORDER, payload
-        raise UsageError(f"{path}: a pickle, but not a Flight Recorder dump (no 'entries')")
-    try:
-        payload = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        if data.lstrip()[:1] in (b"{", b"["):
-            raise UsageError(f"{path}: truncated or corrupt JSON ({exc})") from None
-        raise UsageError(f"{path}: not a Flight Recorder dump or a torch.profiler trace") from None
-    if isinstance(payload, dict) and "traceEvents" in payload:
-        return PROFILER, payload
-    if isinstance(payload, dict) and "entries" in payload:
-        return FLIGHT_RECORDER_JSON, payload
-    raise UsageError(f"{path}: JSON, but neither a Flight Recorder dump ('entries') nor a torch.profiler "
-                     "trace ('traceEvents')")
-
-
 def read_rank_file(path: Path) -> RankFile:
-    kind, payload = _decode(path)
+    kind, payload = decode(path)
     rank = chrome.recorded_rank(payload) if kind == PROFILER else None
     if rank is None:
-        rank = _rank_from_name(path)
+        rank = rank_from_name(path)
     if rank is None:
         raise UsageError(f"{path}: cannot tell which rank recorded it: the file name does not end in the "
                          "rank (torch writes PREFIX<rank>)")

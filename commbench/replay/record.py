@@ -17,8 +17,8 @@ import torch
 from commbench.backends.base import Backend
 from commbench.errors import UsageError
 from commbench.measure.timing import make_timer
+from commbench.recordings.files import PROFILER, load_plain_pickle
 from commbench.replay.execute import GapClock, Step, run_pass
-from commbench.replay.loading import PROFILER, load_plain_pickle
 
 
 def _flight_recorder_dump() -> dict:

@@ -8,9 +8,8 @@ from commbench.backends.base import Backend
 from commbench.core.devices import MemoryBudget, approximate_bytes
 from commbench.core.words import plural
 from commbench.errors import RunError, UsageError, brief
-from commbench.replay.command import ReplayConfig, load_selected, mapped_plan
+from commbench.replay.config import ReplayConfig, load_selected, mapped_plan
 from commbench.replay.execute import buffer_need, check_pass, prepare, time_passes
-from commbench.replay.kind import REPLAY  # noqa: F401 - its rows print no table: the summary stands for it
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
 from commbench.replay.record import record_pass
@@ -61,8 +60,7 @@ def check_memory(needs: list[int], budget: MemoryBudget | None) -> None:
                          f"than the memory budget ({budget.describe()}; docs/limits.md)")
 
 
-def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: Session | None = None
-               ) -> list[Row]:
+def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: Session) -> list[Row]:
     """One rank's replay: the plan, the groups, the passes, then every rank's times -> rows (the same
     rows on every rank; rank 0's output writes and prints them). Of the ``session`` it takes the memory
     budget: a replay makes its own groups."""
@@ -70,8 +68,7 @@ def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, se
     trace = load_selected(config)
     _agree(backend, trace)
     plan = mapped_plan(trace, backend.world_size)
-    check_memory(backend.all_gather_object(buffer_need(plan, backend.rank)),
-                 session.memory if session is not None else None)
+    check_memory(backend.all_gather_object(buffer_need(plan, backend.rank)), session.memory)
     steps = prepare(plan, backend.rank, backend, _create_groups(backend, plan))
     times = time_passes(steps, backend, config.warmup, config.iters, config.keep_gaps)
     if config.check:

@@ -5,7 +5,7 @@ A row's share is its p50 time per operation times its operations per pass, over 
 summed over every operation row.
 """
 
-from commbench.core.sizes import format_size
+from commbench.core.sizes import format_size, readable_size
 from commbench.core.words import plural
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
@@ -34,8 +34,9 @@ def top_lines(op_rows: list[Row], top: int = TOP) -> list[str]:
         share = 100 * _weight(row) / total if total else 0.0
         recorded = "" if row.recorded_us is None else f" (recorded {row.recorded_us:.1f} µs)"
         dtype = f" {row.dtype}" if row.dtype else ""
-        lines.append(f"  {share:5.1f}%  {row.collective}{dtype} {format_size(row.size_bytes)} x{row.ops} in "
-                     f"{row.group_name}: {row.time_us_p50 or 0:.1f} µs/op{recorded}")
+        size = readable_size(row.size_bytes)  # a recorded op's size is rarely a whole unit
+        lines.append(f"  {share:5.1f}%  {row.collective}{dtype} {size} x{row.ops} in {row.group_name}: "
+                     f"{row.time_us_p50 or 0:.1f} µs/op{recorded}")
     return lines
 
 

@@ -75,7 +75,8 @@ def runs_frame(runs: Iterable[SavedRun]) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=ROW_COLUMNS + RUN_COLUMNS + PASS_COLUMNS)
     frame = pd.concat(parts, ignore_index=True)
-    frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, errors="coerce", format="ISO8601")
+    for name in ("started_at", "measured_from", "measured_to"):  # the run's start; a sweep row's (or '')
+        frame[name] = pd.to_datetime(frame[name], utc=True, errors="coerce", format="ISO8601")
     return frame
 
 

@@ -2,11 +2,11 @@
 
 A sweep's rows need nothing here: the writers and the commands on saved runs handle them. A feature
 whose rows mean more than a row each (fabric's matrices and verdict, a pattern's step breakdown, a
-replay's passes) registers a ``ResultKind`` under the ``Row.pattern`` its rows carry, in a module of
-its own (``fabric/kind.py``, ``patterns/kind.py``, ``replay/kind.py``) that its work imports, and the
-command line imports every built-in kind before a command runs. The console, plot, report and compare
-look kinds up here and never import a feature (pytest's hooks, pluggy's plugins: the core defines the
-plug, the features fill it).
+replay's passes) has a ``ResultKind`` under the ``Row.pattern`` its rows carry, defined in a module of
+its own (``fabric/kind.py``, ``patterns/kind.py``, ``replay/kind.py``) and registered with the feature
+(running/features.py); the command line imports every feature's registration before a command runs.
+The console, plot, report and compare look kinds up here and never import a feature (pytest's hooks,
+pluggy's plugins: the core defines the plug, the features fill it).
 
 Invariants: registering is idempotent per name only for the same object (a second, different kind of
 one name is an error); looking up an unregistered pattern finds nothing, and its rows are shown as a
@@ -26,11 +26,12 @@ from commbench.results.saved import SavedRun
 
 @dataclass(frozen=True)
 class LiveRun:
-    """What the console knows of the run whose rows it prints: the ranks' host names and the first
-    benchmark's configuration as recorded (meta.config)."""
+    """What the console knows of the run whose rows it prints: the ranks' host names, the first
+    benchmark's configuration as recorded (meta.config) and each host's hardware record (meta.hardware)."""
 
     hostnames: list[str] = field(default_factory=list)
     config: Mapping[str, Any] = field(default_factory=dict)
+    hardware: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

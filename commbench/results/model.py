@@ -69,13 +69,15 @@ class Row:
     parallel: str = ""  # the parallel dimension whose group the row's collectives ran in: tp, pp, dp, ep
     model: str = ""  # the model spec's name ('llama-7b/layers=2' when cut down)
     unit: str = ""  # the FSDP unit; '' for a whole step or the final flush
-    phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute
+    phase: str = ""  # forward, backward, flush (per collective); step, comm, compute, comm+compute (also a
+    # sweep row measured beside --with-compute's matmul)
     bucket_mb: str = ""  # reduce-scatter bucketing: 'unit' or the bucket size in MiB ('0': per parameter)
     predivide: float | None = None  # gradient division before the reduce-scatter
     postdivide: float | None = None  # and after it
     calls_per_step: int | None = None  # collectives (or matmuls) per step in this row
     overlap_pct: float | None = None  # OSU's Overlap(%) on the comm+compute row
-    compute_size: int | None = None  # the overlap matmul's size (size x size); not in key(): 'auto' varies
+    compute_size: int | None = None  # the matmul's size (size x size; --compute-size, --with-compute); not in
+    # key(): 'auto' varies
     imbalance: float | None = None  # moe: tokens on the busiest rank / the mean (1: balanced)
     bubble_pct: float | None = None  # pp: a stage's step time not spent computing, percent
     benchmark: str = ""  # the sweep file's benchmark name; '' for a run from the command line
@@ -110,6 +112,31 @@ class Row:
     impl_setup_bytes: int | None = None  # device memory those set-up steps took (CUDA; None on CPU)
     kernels: str = ""  # --profile-kernels: what one op ran on the device (on CPU: the backend's calls)
     output_digest: str = ""  # --check: a hash of every rank's output after the checked op
+    # When this rank began measuring the row (its probe op) and when it finished (UTC, ISO 8601 to the ms);
+    # empty in rows that are not a sweep's and in files written before them
+    measured_from: str = ""
+    measured_to: str = ""
+    first_op_us: float | None = None  # the size's first op, before its warm-up (max over ranks)
+    # --per-iteration: every rank's time and arrival of every sample, µs, as float32 [rank][sample]
+    # (results/iterations.py); JSON only
+    iteration_us: str = ""
+    iteration_arrival_us: str = ""
+    # How the buffers were laid out (docs/measurement.md#cold-and-misaligned-buffers)
+    misalign: int = 0  # --misalign: bytes past an aligned address
+    buffer_sets: int = 1  # --buffers: sets of buffers the ops rotated through
+    flush_bytes: int = 0  # --flush-cache: bytes written before each timed op (0: none)
+    # --memory: one rank's bytes for this size, the largest over ranks (docs/measurement.md#memory-per-rank)
+    mem_user_bytes: int | None = None  # its buffers, every set of them
+    mem_internal_bytes: int | None = None  # what the ops took beside them (torch, the library)
+    mem_library_bytes: int | None = None  # of that, device memory outside torch's allocator (CUDA)
+    # Contention (--concurrent, --with-compute; docs/measurement.md#contention)
+    concurrent: int | None = None  # communicators running the collective at once
+    communicator: int | None = None  # which of them this row times, from 0
+    alone_us_p50: float | None = None  # its p50 running alone
+    slowdown: float | None = None  # time_us_p50 / alone_us_p50
+    compute_alone_us: float | None = None  # --with-compute: the matmul's p50 alone
+    compute_us: float | None = None  # and beside the collective
+    compute_slowdown: float | None = None  # compute_us / compute_alone_us
 
     def __post_init__(self) -> None:
         if not self.group_size:
@@ -175,13 +202,16 @@ def default_placement(collective: str) -> str:
 # A new field that tells measurements apart (a placement, ...) goes here; compare, fits and plots follow.
 # The benchmark name is not one: a sweep file's run and a command line's run of the same point match.
 KEY_FIELDS = ("collective", "dtype", "op", "mode", "size_bytes", "world_size", "backend",
-              "group_size", "group_layout", "placement", "impl",
+              "group_size", "group_layout", "placement", "impl", "concurrent", "communicator",
               "pattern", "variant", "parallel", "model", "unit", "phase", "bucket_mb", "predivide",
               "postdivide", "group_name", "src_rank", "dst_rank", "host")
 SERIES_FIELDS = tuple(name for name in KEY_FIELDS if name != "size_bytes")
 BASIC_SERIES_FIELDS = SERIES_FIELDS[:6]  # collective, dtype, op, mode, world_size, backend
-# Per-sample and per-rank lists live in the JSON only; the CSV has one value per cell.
-CSV_COLUMNS = [f.name for f in fields(Row) if getattr(f.type, "__origin__", None) is not list]
+# Per-sample and per-rank lists and --per-iteration's [rank][sample] blocks live in the JSON only; the CSV
+# has one value per cell.
+JSON_ONLY = ("iteration_us", "iteration_arrival_us")
+CSV_COLUMNS = [f.name for f in fields(Row)
+               if getattr(f.type, "__origin__", None) is not list and f.name not in JSON_ONLY]
 
 
 @dataclass
@@ -209,3 +239,4 @@ class RunMeta:
     nccl_log: dict[str, Any] = field(default_factory=dict)  # --nccl-debug: files, version, line counts
     expectations: dict[str, Any] = field(default_factory=dict)  # --expect/--fail-below: verdict summary
     unavailable: dict[str, str] = field(default_factory=dict)  # left out by --collective all: name -> why
+    memory: dict[str, Any] = field(default_factory=dict)  # start: each rank's memory around the group's start

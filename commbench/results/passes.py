@@ -3,7 +3,9 @@ median time against the first (drift), and the measurements whose p50 spiked in 
 robust rule (measure/robust.py) on each measurement's own passes. Reads rows only, so it works on saved
 results too. The spike finder is also fabric's (a pair direction's passes: fabric/drift.py).
 
-A measurement's passes are its rows of one key (Row.key(): collective, dtype, size, ...), one per pass.
+A measurement's passes are its rows of one key (Row.key(): collective, dtype, size, ...), one per pass;
+its summary across them (``pass_summaries``) is the median of their p50s, their spread, the fastest and
+slowest pass and the median busbw.
 Their spread is the robust rule's: s = 1.4826 x the median of |ln(p50 / median p50)| over the passes,
 shown as 100 x (exp(s) - 1) percent (about the coefficient of variation when passes differ by a few
 percent; 70% for passes of 670, 590, 3314, 845 and 2846 µs).
@@ -18,7 +20,7 @@ import numpy as np
 
 from commbench.core.words import plural
 from commbench.measure.robust import LATENCY, Metric, relative, robust_spread, slow_mask
-from commbench.results.model import Row, describe_row
+from commbench.results.model import KEY_FIELDS, Row, describe_row
 
 MIN_PASSES = 3  # fewer passes give a measurement no median of its own to compare with
 SPIKE_FACTOR = 2.0  # a pass's p50 at least this many times its own median (and beyond 4 scaled MADs)
@@ -39,6 +41,38 @@ def pass_spread_pct(p50s: Sequence[float]) -> float | None:
     if len(p50s) < 2 or min(p50s) <= 0:
         return None
     return 100.0 * (math.exp(robust_spread(p50s)[1]) - 1.0)
+
+
+@dataclass(frozen=True)
+class PassSummary:
+    """One measurement across a soak's passes."""
+
+    first: Row  # its first pass, which names it
+    passes: int
+    p50_us: float  # the median of the passes' p50s
+    spread_pct: float | None  # pass_spread_pct of them
+    fastest_us: float
+    slowest_us: float
+    busbw_gbps: float | None  # the median of the passes' busbw
+
+    @property
+    def table_key(self) -> tuple:
+        """The table the measurement belongs in: its key but for size and mode (which are its rows)."""
+        named = zip(KEY_FIELDS, self.first.key(), strict=True)
+        return (self.first.benchmark, *(value for name, value in named if name not in ("size_bytes", "mode")))
+
+
+def pass_summaries(rows: Iterable[Row]) -> list[PassSummary]:
+    """Every measurement of two passes or more, across its passes, in the order first measured."""
+    found = []
+    for measured in passes_by_key(rows).values():
+        if len({row.repeat for row in measured}) < 2:
+            continue
+        p50s = [row.time_us_p50 or 0.0 for row in measured]
+        busbw = [row.busbw_gbps for row in measured if row.busbw_gbps is not None]
+        found.append(PassSummary(measured[0], len(measured), statistics.median(p50s), pass_spread_pct(p50s),
+                                 min(p50s), max(p50s), statistics.median(busbw) if busbw else None))
+    return found
 
 
 @dataclass(frozen=True)

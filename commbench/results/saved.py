@@ -144,7 +144,9 @@ def load_run(path: str | Path) -> SavedRun:
         return _read_csv(path) if kind == "results.csv" else _read_json(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such results file") from None
-    except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
+    except KeyError as exc:  # a field every commbench file has: said as what is missing, not as a KeyError
+        raise UsageError(f"{path}: not a commbench {kind} (it has no {exc.args[0]!r} field)") from None
+    except (OSError, ValueError, TypeError, csv.Error) as exc:
         raise UsageError(f"{path}: not a commbench {kind} ({type(exc).__name__}: {exc})") from None
 
 

@@ -10,7 +10,8 @@ a size accumulated in another order (or one is wrong: its row's ``wrong`` says w
 from dataclasses import dataclass
 
 from commbench.core.sizes import format_size
-from commbench.measure.impls import REFERENCE_IMPL
+from commbench.measure.collectives.base import OUT_OF_PLACE
+from commbench.measure.impls import REFERENCE_IMPL, REGISTRY
 from commbench.results.model import Row
 
 
@@ -71,3 +72,20 @@ def output_differences(rows: list[Row]) -> list[str]:
                          f"{point.mode}: outputs differ bitwise between {parts} (each within --check's "
                          "tolerance: they accumulate in another order)")
     return lines
+
+
+def copied_inputs(rows: list[Row]) -> str | None:
+    """Out of place, what each implementation's time holds: a line when some copy the input into the
+    output before an op that works in place and others write the output themselves (None otherwise)."""
+    first = rows[0] if rows else None
+    if first is None or first.placement != OUT_OF_PLACE:
+        return None
+    measured = [name for name in implementations(rows) if name in REGISTRY
+                and not unavailable([row for row in rows if row.impl == name])]
+    copying = [name for name in measured if first.collective in REGISTRY[name].copies_out_of_place]
+    direct = [name for name in measured if name not in copying]
+    if not copying or not direct:
+        return None
+    return (f"out of place: {', '.join(copying)} time a copy of the input into the output and then "
+            f"{first.collective} in place (it works in place); {', '.join(direct)} write the output "
+            "directly: the difference includes that copy")

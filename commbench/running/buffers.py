@@ -1,12 +1,21 @@
 """A size's buffers (``point`` is a runner.SizePoint): allocated outside every timed region, zeroed, and
 an allocation that fails becomes a one-line reason (what the size needs, what budget it had) instead of
-an exception."""
+an exception. With --buffers N a size has N sets, with --flush-cache a cache-sized buffer beside them;
+with --memory, what the size took on each rank is gathered into its rows (measure/memory.py).
+"""
 
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from commbench.backends.base import Backend
 from commbench.core.sizes import format_size
+from commbench.measure.cache import CacheFlush
 from commbench.measure.collectives import Buffers, Layout
+from commbench.measure.memory import SizeMemory
 from commbench.measure.planning import SizeLimits, memory_need
+from commbench.results.model import Row
 
 
 def allocate(point: Any, layout: Layout) -> Buffers:
@@ -17,6 +26,40 @@ def allocate(point: Any, layout: Layout) -> Buffers:
     for tensor in buffers.tensors():
         tensor.zero_()  # zeros: repeated in-place reductions stay finite in every dtype
     return buffers
+
+
+@dataclass(frozen=True)
+class SizeBuffers:
+    """A size's sets of buffers on this rank (the first is the one --check fills and reads) and
+    --flush-cache's buffer, None without it."""
+
+    sets: list[Buffers]
+    flush: CacheFlush | None = None
+
+    def nbytes(self) -> int:
+        """Every byte commbench allocated for the size on this rank: each allocation once (a view's
+        whole block: --misalign's offset included, an in-place chunk's buffer counted once)."""
+        blocks = {tensor.untyped_storage().data_ptr(): tensor.untyped_storage().nbytes()
+                  for buffers in self.sets for tensor in buffers.tensors()}
+        return sum(blocks.values()) + self.flush_bytes()
+
+    def flush_bytes(self) -> int:
+        return 0 if self.flush is None else self.flush.nbytes
+
+
+def allocate_sets(point: Any, layout: Layout, sets: int, flush_cache: bool) -> SizeBuffers:
+    """``sets`` sets of the size's buffers, and the flush buffer when asked for."""
+    found = [allocate(point, layout) for _ in range(sets)]
+    return SizeBuffers(found, CacheFlush.for_device(layout.device) if flush_cache else None)
+
+
+def account_memory(backend: Backend, memory: SizeMemory, user_bytes: int, rows: list[Row]) -> None:
+    """--memory: this rank's account of the size (``user_bytes`` its own allocations), gathered from
+    every rank; each row gets the largest (None where no rank could measure it)."""
+    every = backend.all_gather_array(memory.finish(user_bytes).floats())
+    largest = [None if np.isnan(column).all() else int(np.nanmax(column)) for column in every.T]
+    for row in rows:
+        row.mem_user_bytes, row.mem_internal_bytes, row.mem_library_bytes = largest
 
 
 class AllocationFailed(Exception):

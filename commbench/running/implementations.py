@@ -22,7 +22,7 @@ from commbench.core.groups import Membership
 from commbench.measure.impls import REGISTRY, Implementation, Setting, SizeFacts
 from commbench.measure.impls.evidence import judge_kernels
 from commbench.measure.planning import PlannedSize, TablePlan
-from commbench.running.agreement import attempt
+from commbench.running.agreement import agree, attempt
 
 UNAVAILABLE = "unavailable"
 
@@ -51,6 +51,8 @@ class ImplTable:
     init_ms: float | None = None
     init_bytes: int | None = None
     expected_fallback: str | None = None
+    hosts: int = 1  # the most hosts one group spans
+    failure: str | None = None  # why it failed where it ran (its set's own rank processes): error rows
 
     @property
     def name(self) -> str:
@@ -92,10 +94,15 @@ class ImplFacts:
 class ImplRun:
     """One sweep's implementations on this rank (see the module's docstring)."""
 
-    def __init__(self, backend: Backend, membership: Membership) -> None:
+    def __init__(self, backend: Backend, membership: Membership, hostnames: tuple[str, ...] = ()) -> None:
         self.backend = backend
         self.membership = membership
+        # every rank knows every group, so every rank finds the same count (1 when no host names are known)
+        self.hosts = max((len({hostnames[rank] for rank in ranks}) for ranks in membership.plan.members),
+                         default=1) if hostnames else 1
         self._capabilities: Any = None
+        self._refusals: dict[tuple, str | None] = {}
+        self._failures: dict[tuple, str] = {}
         self._started: dict[str, Started] = {}
 
     def capabilities(self) -> Any:
@@ -106,23 +113,49 @@ class ImplRun:
     def table(self, table: TablePlan) -> ImplTable:
         """The implementation of ``table``, probed and set up (or refused, with the reason)."""
         impl = REGISTRY[table.impl]
-        plan = self.membership.plan
-        probed = impl.needs.of_process
-        setting = Setting(table.collective.name, table.dtype, table.op, table.placement or
-                          table.collective.default_placement, plan.size, plan.is_world,
-                          self.capabilities() if probed else None)
-        refusal = impl.refusal(setting)
-        if probed:  # each rank judged its own process: all adopt the first refusal
-            refusal = agreed_reason(self.backend, refusal)
+        if (failure := self._failures.get(self._key(table))) is not None:
+            return ImplTable(impl, failure=failure, hosts=self.hosts)
+        setting = self.setting(table)
+        refusal = self.refusal(table)
         if refusal is not None:
-            return ImplTable(impl, refusal=refusal)
+            return ImplTable(impl, refusal=refusal, hosts=self.hosts)
         if impl.path is None:  # nothing to set up: it runs as the run's own ops do
-            return ImplTable(impl)
+            return ImplTable(impl, hosts=self.hosts)
         started = self._start(impl)
         if started.error is not None:
-            return ImplTable(impl, refusal=f"set-up failed: {started.error}")
+            return ImplTable(impl, refusal=f"set-up failed: {started.error}", hosts=self.hosts)
         return ImplTable(impl, None, started.state, started.init_ms, started.init_bytes,
-                         impl.expected_fallback(setting))
+                         impl.expected_fallback(setting), self.hosts)
+
+    def setting(self, table: TablePlan) -> Setting:
+        impl, plan = REGISTRY[table.impl], self.membership.plan
+        return Setting(table.collective.name, table.dtype, table.op, table.placement or
+                       table.collective.default_placement, plan.size, plan.is_world,
+                       self.capabilities() if impl.needs.of_process else None, self.hosts)
+
+    def refusal(self, table: TablePlan) -> str | None:
+        """Why ``table``'s implementation cannot run here, the same on every rank (before any set-up);
+        asked once per table (it exchanges when the implementation needs something of the process)."""
+        key = self._key(table)
+        if key not in self._refusals:
+            impl = REGISTRY[table.impl]
+            refusal = impl.refusal(self.setting(table))
+            if impl.needs.of_process:  # each rank judged its own process: all adopt the first refusal
+                refusal = agreed_reason(self.backend, refusal)
+            self._refusals[key] = refusal
+        return self._refusals[key]
+
+    def refuse(self, table: TablePlan, reason: str) -> None:
+        """``table`` cannot run here after all (said on every rank alike)."""
+        self._refusals[self._key(table)] = reason
+
+    def fail(self, table: TablePlan, reason: str) -> None:
+        """``table`` failed where it ran (its set's rank processes; said on every rank alike)."""
+        self._failures[self._key(table)] = reason
+
+    @staticmethod
+    def _key(table: TablePlan) -> tuple:
+        return (table.impl, table.collective.name, table.dtype, table.op, table.placement)
 
     def _start(self, impl: Implementation) -> Started:
         if impl.name in self._started:
@@ -131,7 +164,8 @@ class ImplRun:
         before = backend.free_device_memory()
         started_at = time.perf_counter()
         state, error = attempt(lambda: impl.start(backend, self.membership.process_group,
-                                                   [list(ranks) for ranks in plan.members]))
+                                                   [list(ranks) for ranks in plan.members],
+                                                   lambda failure: agree(backend, failure)))
         seconds = time.perf_counter() - started_at
         error = agreed_reason(backend, error)
         if error is not None and state is not None:
@@ -150,7 +184,8 @@ class ImplRun:
 
 def size_refusal(table: ImplTable, plan: TablePlan, size: PlannedSize, group_size: int) -> str | None:
     """Why this size is refused by the table's implementation (alignment), or None."""
-    facts = SizeFacts(plan.collective.name, size.count_per_rank, element_size(plan.dtype), group_size)
+    facts = SizeFacts(plan.collective.name, size.count_per_rank, element_size(plan.dtype), group_size,
+                      size.pair_counts, table.hosts == 1)
     return table.impl.size_refusal(facts)
 
 

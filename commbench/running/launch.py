@@ -83,6 +83,7 @@ def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, 
         check_output_location(setup)
         announce_local_ranks(setup)
         with held_files(exact_files(setup)):  # the spawner holds them for its ranks (launcher "local")
+            warn_replaced(exact_files(setup))  # once they are this run's: a refused run replaces nothing
             return spawn_local(setup.argv, setup.nproc)
     if info.rank == 0:
         check_output_location(setup)
@@ -90,6 +91,8 @@ def launch(benchmarks: Sequence[Benchmark], work: "Work", environ: Mapping[str, 
 
     holds = info.rank == 0 and info.launcher != "local"
     with held_files(exact_files(setup) if holds else []):
+        if holds:  # (under our own spawner, the spawner said it)
+            warn_replaced(exact_files(setup))
         return run_rank(list(benchmarks), info, environ, work)
 
 
@@ -98,6 +101,18 @@ def exact_files(setup: LaunchConfig) -> list[tuple[str, Path]]:
     directory's name is new for every run."""
     return [(flag, Path(path)) for flag, path in (("--csv", setup.csv_path), ("--json", setup.json_path))
             if path]
+
+
+def replaced_files(exact: list[tuple[str, Path]]) -> list[str]:
+    """A warning for each result file named exactly that already holds something: the run replaces it
+    (an earlier run's rows, which a second `--csv r.csv` used to overwrite without a word)."""
+    return [f"commbench: warning: {flag} {path} already holds results: this run replaces them"
+            for flag, path in exact if path.is_file() and path.stat().st_size > 0]
+
+
+def warn_replaced(exact: list[tuple[str, Path]]) -> None:
+    for line in replaced_files(exact):
+        print(line, file=sys.stderr, flush=True)
 
 
 def announce_local_ranks(setup: LaunchConfig) -> None:

@@ -68,7 +68,8 @@ def detect(env: Mapping[str, str], backend: str | None = None) -> RankInfo | Non
         if backend != "mpi" and (not master_addr or not master_port):
             missing = " and ".join(n for n, v in (("MASTER_ADDR", master_addr),
                                                   ("MASTER_PORT", master_port)) if not v)
-            raise UsageError(f"launched by {launcher} ({rank_var} is set) but {missing} is not: export "
+            verb = "are" if " and " in missing else "is"
+            raise UsageError(f"launched by {launcher} ({rank_var} is set) but {missing} {verb} not: export "
                              "MASTER_ADDR=<host of rank 0> MASTER_PORT=<free port>, e.g. 29500")
         port = _int_variable(env, "MASTER_PORT") if master_port else None
         if port is not None and not 1 <= port <= MAX_PORT:

@@ -3,7 +3,8 @@
 Every collective is tried with every dtype (sync, op sum), once in async mode (float32), and every
 reducing collective with every reduce op and dtype: 2 elements per rank, through the same descriptors
 and Backend methods the runner uses. An op is supported when it completes on every rank; the ranks
-agree on each outcome before the next probe, so one refusal cannot leave them out of step.
+agree on each outcome before the next probe, so one refusal cannot leave them out of step. The
+listing is three tables of at most 100 columns: collectives, their dtypes, and the reduce ops.
 """
 
 from dataclasses import dataclass
@@ -12,9 +13,11 @@ from rich.console import Console
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.config.sweep import REDUCE_OPS
+from commbench.core.devices import approximate_bytes
 from commbench.core.dtypes import element_size, known_dtypes, torch_dtype
 from commbench.core.splits import DEFAULT_SPLITS, parse_splits
 from commbench.errors import brief
+from commbench.measure.cache import cache_bytes
 from commbench.measure.collectives import MODES, REGISTRY, Collective, Layout
 from commbench.writers.console import TextTable, print_table
 
@@ -104,30 +107,40 @@ def _mark(probe: Probe | None) -> str:
 
 
 def support_tables(probes: list[Probe], world_size: int) -> list[TextTable]:
+    """Three tables that each fit 100 columns: the collectives (bus factor, placements, modes), the dtypes
+    each runs (sync, op sum), and the reduce ops by dtype over every reducing collective."""
     by_key = {(p.collective, p.dtype, p.op, p.mode): p for p in probes}
     dtypes = list(dict.fromkeys(p.dtype for p in probes))
+    short = [SHORT_DTYPE.get(d, d) for d in dtypes]
     first = dtypes[0]
-    columns = ["collective", "busbw factor n=2/4/8", "placements", *MODES,
-               *(SHORT_DTYPE.get(d, d) for d in dtypes)]
-    rows = []
+    rows, dtype_rows = [], []
     for collective in REGISTRY.values():
         sum_op = "sum" if collective.reduces else ""
         factor = "/".join(f"{collective.busbw_factor(n):.3g}" for n in (2, 4, 8)) if collective.sized else "-"
-        cells = [collective.name, factor, ", ".join(p for p in collective.placements if p) or "-"]
-        cells += [_mark(by_key.get((collective.name, first, sum_op, mode))) for mode in MODES]
-        cells += [_mark(by_key.get((collective.name, d, sum_op, "sync"))) if collective.sized else "-"
-                  for d in dtypes]
-        rows.append(cells)
-    collectives = TextTable(f"collectives ({world_size} ranks; sync per dtype, op sum; async in {first})",
-                            columns, rows, left_columns=3)
-    op_rows = []
-    for collective in (c for c in REGISTRY.values() if c.reduces):
-        for op in REDUCE_OPS:
-            op_rows.append([collective.name, op,
-                            *(_mark(by_key.get((collective.name, d, op, "sync"))) for d in dtypes)])
-    ops = TextTable("reduce ops (sync) by dtype",
-                    ["collective", "op", *(SHORT_DTYPE.get(d, d) for d in dtypes)], op_rows, left_columns=2)
-    return [collectives, ops]
+        rows.append([collective.name, factor, ", ".join(p for p in collective.placements if p) or "-",
+                     *(_mark(by_key.get((collective.name, first, sum_op, mode))) for mode in MODES)])
+        if collective.sized:  # the barrier moves no data: it has no dtype
+            dtype_rows.append([collective.name,
+                               *(_mark(by_key.get((collective.name, d, sum_op, "sync"))) for d in dtypes)])
+    columns = ["collective", "busbw factor n=2/4/8", "placements", *MODES]
+    collectives = TextTable(f"collectives ({world_size} ranks; modes in {first}, op sum)", columns, rows,
+                            left_columns=3)
+    by_dtype = TextTable("dtypes (sync, op sum)", ["collective", *short], dtype_rows, left_columns=1)
+    reducing = [c.name for c in REGISTRY.values() if c.reduces]
+    op_rows, exceptions = [], []
+    for op in REDUCE_OPS:
+        cells = [op]
+        for dtype, name in zip(dtypes, short, strict=True):
+            found = [by_key.get((collective, dtype, op, "sync")) for collective in reducing]
+            ran = [collective for collective, probe in zip(reducing, found, strict=True)
+                   if probe is not None and probe.supported]
+            cells.append("✓" if len(ran) == len(reducing) else "✗" if not ran else "some")
+            if 0 < len(ran) < len(reducing):
+                exceptions.append(f"some: {op} {name} runs on {', '.join(ran)} only")
+        op_rows.append(cells)
+    ops = TextTable(f"reduce ops (sync) by dtype, on every reducing collective ({len(reducing)})",
+                    ["op", *short], op_rows, left_columns=1, footer=exceptions)
+    return [collectives, by_dtype, ops]
 
 
 def why_unsupported(probes: list[Probe]) -> list[str]:
@@ -147,8 +160,8 @@ def why_unsupported(probes: list[Probe]) -> list[str]:
 
 
 def print_support(console: Console, probes: list[Probe], backend: Backend) -> None:
-    console.print(f"backend {backend.name} · device {backend.device.type} · {backend.world_size} ranks "
-                  "· each cell is one tiny op run on every rank (✓ ran, ✗ refused, - not applicable)")
+    console.print(f"backend {backend.name} · device {backend.device.type} · {backend.world_size} ranks")
+    console.print("each cell is one tiny op run on every rank: ✓ ran, ✗ refused, - not applicable")
     for table in support_tables(probes, backend.world_size):
         print_table(console, table)
     reasons = why_unsupported(probes)
@@ -162,4 +175,10 @@ def print_support(console: Console, probes: list[Probe], backend: Backend) -> No
     dtypes = [d for d in known_dtypes()
               if any(p.supported and p.dtype == d and p.collective == "all_reduce" for p in probes)]
     console.print(f"dtypes with all_reduce: {', '.join(dtypes) or 'none'}", markup=False)
-    console.print(f"modes: {', '.join(MODES)}, both (side by side)", markup=False)
+    console.print(f"modes: {', '.join(MODES)}, both (a sync and an async row per size)", markup=False)
+    console.print("v-collectives' splits (--splits): spread:F, distance:F, zipf:S or a file of a world x "
+                  "world byte matrix", markup=False)
+    flushed, source = cache_bytes(backend.device)
+    console.print(f"--flush-cache writes {approximate_bytes(flushed)} here ({source}); --buffers N, "
+                  "--misalign BYTES, --per-iteration, --memory, --concurrent N and --with-compute N: "
+                  "docs/measurement.md", markup=False)

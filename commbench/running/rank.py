@@ -14,22 +14,26 @@ need (its start-up stays well under a second).
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.backends.base import Backend
+from commbench.backends.paths import torchcomms_place
 from commbench.config.launch import Benchmark, LaunchConfig
 from commbench.coordination import BOARD_ENV, CheckInFailed, LauncherBoard
 from commbench.core import devices
 from commbench.core.devices import MemoryBudget
-from commbench.core.groups import GroupPlan, Membership, split_by_hosts, split_world, world_plan
+from commbench.core.groups import GroupPlan, split_by_hosts, split_world, world_plan
 from commbench.errors import AlreadyReported, RunError, Terminated, UsageError, brief, failures_named
+from commbench.measure.memory import Snapshot, StartMemory
 from commbench.provenance.describe import hardware_summary
 from commbench.results.model import Row
 from commbench.running.launcher import RankInfo
 from commbench.running.provenance import RunProvenance
-from commbench.running.recording import Recording, build_meta
+from commbench.running.rank_sets import RankSets, join_groups
+from commbench.running.recording import Recording, build_meta, make_run_id, run_directory
 from commbench.running.runner import Session, not_measured, sweep_failure
 from commbench.writers.console import output_closed
 from commbench.writers.output import NullOutput, Output
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
 # (commbench.patterns); the first benchmark's launch settings are the run's.
 Work = Callable[[list[Any], Backend, Output, Session], list[Row]]
 FAILURE_GRACE_S = 2.0  # how long a failed rank waits to hear what became of the others
+# Where a failed run's ranks leave their Flight Recorder dumps, in the run directory (docs/diagnose.md)
+FLIGHT_RECORDER_DIR, FLIGHT_RECORDER_PREFIX = "flight-recorder", "rank_"
 
 
 def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
@@ -53,8 +59,10 @@ def rendezvous_of(info: RankInfo, environ: Mapping[str, str]) -> "Rendezvous":
                       launcher_board=environ.get(BOARD_ENV, "") if info.launcher == "local" else "")
 
 
-def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str]) -> Backend:
-    """Meet the other ranks at the store, agree on devices, then start the process group."""
+def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str],
+                  memory: StartMemory | None = None) -> Backend:
+    """Meet the other ranks at the store, agree on devices, then start the process group (``memory``:
+    read just before and just after it starts)."""
     from commbench.backends.torch_dist import TorchDistBackend
     from commbench.coordination import StartUp
 
@@ -63,7 +71,11 @@ def start_backend(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str
     try:
         startup.meet()
         device = place(setup, (info.rank, info.local_rank), environ, startup)
-        return TorchDistBackend(name, device, startup.start(device))
+        memory = memory or StartMemory()
+        memory.before = Snapshot.now(device)
+        started = startup.start(device)
+        memory.after = Snapshot.now(device)
+        return TorchDistBackend(name, device, started)
     except (RunError, UsageError, AlreadyReported):
         raise
     except Exception as exc:
@@ -155,17 +167,6 @@ def split_into_groups(setup: LaunchConfig, hostnames: list[str]) -> GroupPlan:
     return world_plan(len(hostnames))
 
 
-def join_groups(backend: Backend, plan: GroupPlan) -> Membership:
-    process_group = None
-    if not plan.is_world:
-        try:
-            process_group = backend.new_groups([list(ranks) for ranks in plan.members])
-        except Exception as exc:
-            raise RunError(f"rank {backend.rank} could not create the {plan.describe()}: "
-                           f"{brief(exc)}") from exc
-    return Membership(plan, process_group, plan.group_rank(backend.rank))
-
-
 class StopRequests:
     """SIGINT/SIGTERM on a rank: the first asks the work to stop at its next boundary (the sweep: the
     next size, where every rank agrees, so none is left waiting in a collective); a second stops this
@@ -197,6 +198,16 @@ class StopRequests:
         return self.signum
 
 
+def rank_sets(setup: LaunchConfig, info: RankInfo, environ: Mapping[str, str], backend: Backend
+              ) -> RankSets | None:
+    """What starts rank processes of their own for an implementation set: they meet at this run's store,
+    so there is none without one (MPI starting its own ranks)."""
+    rendezvous = rendezvous_of(info, environ)
+    if not rendezvous.master_addr:
+        return None
+    return RankSets(rendezvous, setup.backend or "gloo", backend.device, setup.timeout_s)
+
+
 def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, str], work: Work) -> int:
     for benchmark in benchmarks:
         benchmark.check_world(info.world_size)
@@ -205,18 +216,27 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     stops.install()
     # NCCL reads its debug variables once, when the backend starts it: they are set before.
     provenance = RunProvenance(setup, os.environ)
-    backend = start_backend(setup, info, environ)
+    at_start = StartMemory()
+    backend = start_backend(setup, info, environ, at_start)
+    torchcomms_place(os.environ, backend.rank, backend.world_size)  # --impl torchcomms, whoever launched us
     recording: Recording | None = None
+    dumps: Path | None = None
     try:
         # the start's exchanges wait --timeout as collectives do: one that runs out is named, no traceback
         with failures_named(lambda: f"the run's start (host names, groups) failed on rank {info.rank}"):
-            hostnames = backend.all_gather_object(host_name(environ))
+            # every rank's host, rank 0's run id (where every rank leaves its Flight Recorder dump on
+            # failure) and every rank's memory at start
+            met = backend.all_gather_object((host_name(environ), make_run_id(), at_start.as_dict()))
+            hostnames = [host for host, _, _ in met]
+            run_id = met[0][1]
+            dumps = run_directory(setup, run_id) / FLIGHT_RECORDER_DIR
             plan = split_into_groups(setup, hostnames)
             membership = join_groups(backend, plan)
             hardware = provenance.gather_hardware(backend, hostnames)
             if info.rank == 0:
-                meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher)
+                meta = build_meta(benchmarks, backend, hostnames, environ, plan, info.launcher, run_id)
                 meta.hardware = hardware
+                meta.memory = {"start": [memory for _, _, memory in met]}
                 recording = Recording(meta, setup)
                 if info.launcher == "local" and environ.get(BOARD_ENV):
                     # the launcher settles the files should this process die before it can
@@ -226,14 +246,14 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
             members = [list(ranks) for ranks in plan.members]
             context = provenance.start_rows(backend, hostnames, members, recording)
             session = Session(membership, stops.requested, context, memory_budget(backend, hostnames),
-                              hostnames=tuple(hostnames))
+                              hostnames=tuple(hostnames), rank_sets=rank_sets(setup, info, environ, backend))
         rows = work(benchmarks, backend, recording or NullOutput(), session)
         backend.barrier()
         stops.done = True
     except BaseException as exc:
         if recording is not None:
             recording.close_console()
-        raise _finish_failed(exc, info, backend, recording, setup) from exc
+        raise _finish_failed(exc, info, backend, recording, setup, dumps) from exc
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows)
     below = provenance.finish(rows, recording)
@@ -250,7 +270,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
 
 
 def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recording: Recording | None,
-                   setup: LaunchConfig) -> BaseException:
+                   setup: LaunchConfig, dumps: Path | None) -> BaseException:
     """Record how the run ended (rank 0's files) and return what to raise for the exit status."""
     if isinstance(exc, Terminated | KeyboardInterrupt):
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
@@ -268,7 +288,12 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
         # Every rank finds the same problem with the same input: one message, from rank 0.
         return exc if info.rank == 0 else AlreadyReported(exc.exit_code)
     if isinstance(exc, RunError):
+        # dumped before telling the others: once rank 0 has every rank's account, their dumps are there
+        path = None if dumps is None else dumps / f"{FLIGHT_RECORDER_PREFIX}{info.rank}"
+        saved = path is not None and save_flight_recorder(backend, path)
         error = _with_peer_accounts(exc, backend, setup)
+        if saved:
+            error = f"{error}; Flight Recorder dumps in {dumps}"  # last: the command line reads it there
         if recording is not None:
             recording.finish("failed", error)
         backend.abort()  # recorded first: aborting a communicator may end the process (NCCL's watchdog)
@@ -290,3 +315,20 @@ def _with_peer_accounts(exc: RunError, backend: Backend, setup: LaunchConfig) ->
     if isinstance(exc, CheckInFailed):  # its message already says where every missing rank is
         return error
     return f"{error}; {accounts}" if accounts and accounts not in error else error
+
+
+def save_flight_recorder(backend: Backend, path: Path) -> bool:
+    """This rank's Flight Recorder dump written whole to ``path`` (renamed into place); False when the
+    backend keeps none or it cannot be written (the failure is reported either way)."""
+    data = backend.flight_recorder_dump()
+    if not data:
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(partial, path)
+    except OSError:
+        return False
+    return True

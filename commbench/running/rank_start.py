@@ -35,10 +35,10 @@ def die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _stop_with(launcher: int) -> None:
-    """SIGTERM to this rank when the launcher dies, as a rank it started itself got by
-    PR_SET_PDEATHSIG: a forked rank's parent is the fork server, which outlives the launcher until its
-    ranks exit. A thread waits on the launcher's pidfd (Linux 5.3), else looks every half second."""
+def stop_with(launcher: int) -> None:
+    """SIGTERM to this process when ``launcher`` dies, as a rank it started itself got by
+    PR_SET_PDEATHSIG: a forked process's parent is the fork server, which outlives the launcher until
+    its children exit. A thread waits on the launcher's pidfd (Linux 5.3), else looks every half second."""
     try:
         handle: int | None = os.pidfd_open(launcher)
     except ProcessLookupError:  # gone already
@@ -79,9 +79,13 @@ def run_rank(rank: int, argv: list[str], environ: dict[str, str], launcher: int)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ.clear()
     os.environ.update(environ)
-    _stop_with(launcher)
+    stop_with(launcher)
     # The program a rank runs is named, as `python -m commbench` names it to a fresh interpreter: the
     # command line sits above this layer (docs/architecture.md), which starts it without depending on it.
-    entry = importlib.import_module(ENTRY)
-    sys.argv = [str(entry.__file__), *argv]
-    sys.exit(importlib.import_module(ENTRY_MAIN).main(argv))
+    try:
+        entry = importlib.import_module(ENTRY)
+        sys.argv = [str(entry.__file__), *argv]
+        status = importlib.import_module(ENTRY_MAIN).main(argv)
+    except KeyboardInterrupt:  # a signal forwarded before main could take it: no multiprocessing traceback
+        status = 128 + signal.SIGINT
+    sys.exit(status)

@@ -10,6 +10,7 @@ interrupted) so a reader of results.json always knows.
 
 import platform
 import shlex
+import signal
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, fields
@@ -51,12 +52,13 @@ def config_record(benchmark: Benchmark) -> dict[str, Any]:
 
 
 def build_meta(benchmarks: list[Benchmark], backend: Backend, hostnames: list[str],
-               environ: Mapping[str, str], plan: GroupPlan, launcher: str) -> RunMeta:
+               environ: Mapping[str, str], plan: GroupPlan, launcher: str, run_id: str | None = None
+               ) -> RunMeta:
     setup = benchmarks[0].launch
     import torch
 
     return RunMeta(
-        run_id=make_run_id(),
+        run_id=run_id or make_run_id(),
         started_at=now(),
         command=["commbench", *setup.argv],
         commbench_version=__version__,
@@ -75,11 +77,25 @@ def build_meta(benchmarks: list[Benchmark], backend: Backend, hostnames: list[st
     )
 
 
+def run_directory(setup: LaunchConfig, run_id: str) -> Path:
+    return Path(setup.output_dir) / run_id
+
+
 def result_paths(setup: LaunchConfig, run_id: str) -> tuple[Path, Path]:
-    run_dir = Path(setup.output_dir) / run_id
+    run_dir = run_directory(setup, run_id)
     csv_path = Path(setup.csv_path) if setup.csv_path else run_dir / "results.csv"
     json_path = Path(setup.json_path) if setup.json_path else run_dir / "results.json"
     return csv_path, json_path
+
+
+def launcher_status_note(launcher: str, signal_name: str) -> str:
+    """What the exit status after a signal will be where the launcher, not commbench, decides it: torchrun
+    exits 1 when a signal stops it, whatever its ranks return."""
+    if launcher != "torchrun":
+        return ""
+    status = 128 + signal.Signals[signal_name].value
+    return (f" (the ranks exit {status}; torchrun's own status after a signal is 1 by its rule: "
+            "results.json's meta.status says interrupted)")
 
 
 class Recording:
@@ -148,6 +164,10 @@ class Recording:
         with unless_output_closed():
             self.reporter.implementations_done(rows)
 
+    def passes_done(self, rows: list[Row]) -> None:
+        with unless_output_closed():
+            self.reporter.passes_done(rows)
+
     def section(self, name: str, payload: dict) -> None:
         self.writer.set_section(name, payload)
 
@@ -179,6 +199,7 @@ class Recording:
                 self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
         kept = plural(len(self.writer.rows), "row")
         with unless_output_closed():
-            self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept")
+            self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept"
+                               + launcher_status_note(self.writer.meta.launcher, signal_name))
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()

@@ -9,19 +9,24 @@ root and peer are those of its group (n = the group size). Before each size ever
 (Backend.check_in): a rank that does not arrive is named at the deadline instead of hanging a
 collective, and a stop asked for by a signal on any rank is agreed on by all, between sizes.
 
+Implementations that need torch's symmetric memory on another backend than this process's
+(measure.impls.process_sets) are measured first, set by set, by rank processes of their own
+(rank_sets.py, through ``Session.rank_sets``); their rows are then reported in their tables' places, so
+the tables and their side-by-side comparisons come out in the same order either way.
+
 Outside every timed region, and in this order for each size: every rank allocates its buffers and the
 ranks agree that all of them could; per mode, one probe op is issued and completed and the ranks agree
 that it ran everywhere (an op or dtype the backend rejects becomes a row with an ``error``, and the sweep
-goes on); warm-up (--warmup ops; with adaptive counts no more than fit WARMUP_SHARE of --time-per-size
-at the probe's time, the probe being the first); the timed iterations, with --check a checked op after
+goes on); warm-up (--warmup ops; with adaptive counts until the op's time is steady, see
+measure/sampling.py); the timed iterations, with --check a checked op after
 them (and after every --check-every timed ops), its buffers refilled before and zeroed after. Between
 sizes the allocator's cache goes back to the device.
 """
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from commbench.backends.base import Backend, CollectiveArgs
 from commbench.config.sweep import RunConfig
@@ -31,21 +36,23 @@ from commbench.core.groups import Membership, world_plan
 from commbench.core.sizes import format_size
 from commbench.core.words import plural
 from commbench.errors import Terminated, UsageError, failures_named
+from commbench.measure.cache import Rotation, misaligned, then_meet
 from commbench.measure.check import SizeChecker
-from commbench.measure.collectives import Buffers, Layout
-from commbench.measure.impls import REFERENCE_IMPL
-from commbench.measure.impls import REGISTRY as IMPLS
+from commbench.measure.collectives import Layout
+from commbench.measure.impls import REFERENCE_IMPL, REGISTRY, process_sets
+from commbench.measure.memory import SizeMemory
 from commbench.measure.planning import PlannedSize, TablePlan, plan_tables
-from commbench.measure.sampling import Interlude, IterationBudget, Sampled, SamplingPolicy, collect
-from commbench.measure.timing import BoundOp, graph_replay_op, warm_up, warm_up_count
+from commbench.measure.sampling import Interlude, Sampled, SamplingPolicy, collect, warm_up_for
+from commbench.measure.timing import BoundOp, graph_replay_op
 from commbench.measure.values import CheckValues
 from commbench.provenance.verdicts import RowContext
 from commbench.results.model import Row, describe_row
 from commbench.results.passes import soak_lines
-from commbench.results.rows import make_row
+from commbench.results.rows import Measuring, make_row, utc_stamp
 from commbench.running.agreement import agree, agree_with_time, attempt
 from commbench.running.availability import settle
-from commbench.running.buffers import allocate
+from commbench.running.buffers import SizeBuffers, account_memory, allocate_sets
+from commbench.running.contention import measure_contending, open_contention
 from commbench.running.implementations import (
     UNAVAILABLE,
     ImplFacts,
@@ -58,11 +65,16 @@ from commbench.running.implementations import (
 from commbench.running.soak import repeat_until
 from commbench.writers.output import Output
 
-WARMUP_SHARE = 0.2  # adaptive counts: warm-up ops stop once they would take this share of --time-per-size
+UNSTAMPED = Measuring()  # a row made without a probe: it began when it is made
 
 
 def _no_stop() -> int:
     return 0
+
+
+class SetRunner(Protocol):
+    def run(self, config: RunConfig, session: "Session") -> list[Row]:
+        """``config``'s rows, measured by rank processes of their own (raises with why they could not)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,9 @@ class Session:
     def not_measured(self, what: str) -> None:
         if what not in self.unmeasured:
             self.unmeasured.append(what)
+    # starts rank processes of their own for an implementation set (rank_sets.RankSets); None: cannot
+    rank_sets: "SetRunner | None" = None
+    contention: Any = None  # a sweep's racing communicators and compute (running/contention.py), or None
 
     @classmethod
     def world(cls, backend: Backend) -> "Session":
@@ -93,11 +108,10 @@ def sampling_policy(config: RunConfig) -> SamplingPolicy:
     return SamplingPolicy(fixed_iters=config.iters, time_per_size=config.time_per_size,
                           min_iters=config.min_iters, max_iters=config.max_iters,
                           precision=config.precision, barrier_per_iter=config.barrier == "per-iter",
-                          cuda_graph_replays=config.cuda_graph)
+                          cuda_graph_replays=config.cuda_graph, warmup=config.warmup)
 
 
-def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
-                   session: Session | None = None) -> list[Row]:
+def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output, session: Session) -> list[Row]:
     """A run: its benchmarks (one, or a sweep file's list) in order, in one process group; with
     --duration or --repeat, again and again (a soak), then what the passes show. First, once, what the
     backend cannot run here is found and left out (availability.py)."""
@@ -110,6 +124,7 @@ def run_benchmarks(configs: list[RunConfig], backend: Backend, output: Output,
     if setup.duration_s is None and setup.passes is None:
         return one_pass(output)
     rows = repeat_until(setup.duration_s, one_pass, output, backend, passes=setup.passes)
+    output.passes_done(rows)
     for line in soak_lines(rows):
         output.note(line)
     return rows
@@ -123,6 +138,8 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     at the next size boundary that every rank reaches, raising Terminated on all of them.
     """
     session = session or Session.world(backend)
+    contention, membership = open_contention(config, backend, session.membership)
+    session = replace(session, membership=membership, contention=contention)
     plan = session.membership.plan
     config.check_span(plan.size, whole_world=plan.is_world)
     tables, notes = plan_tables(config, plan.size, session.memory)
@@ -135,13 +152,15 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
         for refused in table.refused:
             session.not_measured(refused)
     output.plan(sum(table.step_count() for table in tables))
-    policy = sampling_policy(config)
     all_rows: list[Row] = []
-    impls = ImplRun(backend, session.membership)
+    impls = ImplRun(backend, session.membership, session.hostnames)
     compared: list[Row] = []  # the rows of one collective, dtype, op and placement over implementations
     try:
+        elsewhere = _measure_elsewhere(config, tables, impls, session, output)
         for table in tables:
-            table_rows = _run_table(config, backend, table, session, impls, policy, output)
+            measured = elsewhere.get(_table_key(table))
+            table_rows = _report_table(measured, output) if measured is not None else \
+                _run_table(config, backend, table, session, impls, output)
             if compared and _comparable(compared[0]) != _comparable(table_rows[0] if table_rows else None):
                 _implementations_done(compared, output)
                 compared = []
@@ -160,25 +179,93 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
     return all_rows
 
 
+def _table_key(table: TablePlan) -> tuple:
+    placement = table.placement or table.collective.default_placement
+    return (table.collective.name, table.dtype, table.op, placement, table.impl)
+
+
+def _row_key(row: Row) -> tuple:
+    return (row.collective, row.dtype, row.op, row.placement, row.impl)
+
+
+def _measure_elsewhere(config: RunConfig, tables: list[TablePlan], impls: ImplRun, session: Session,
+                       output: Output) -> dict[tuple, list[Row]]:
+    """The tables whose implementations need torch's symmetric memory on another backend than this
+    process's (process_sets), measured first by rank processes of their own, set by set: their rows by
+    table. A set every table of which is refused starts nothing, and a set whose processes failed leaves
+    its tables failed (``impls`` says so): those make their rows here, as any refused table does."""
+    found: dict[tuple, list[Row]] = {}
+    for names in process_sets(config.impls)[1:]:
+        runnable = [table for table in tables if table.impl in names and table.sizes
+                    and impls.refusal(table) is None]
+        if not runnable:
+            continue
+        listed = ", ".join(names)
+        if session.rank_sets is None:
+            for table in runnable:
+                impls.refuse(table, NO_RANK_SETS)
+            continue
+        output.note(f"{listed}: measured first, in rank processes of their own (torch's "
+                    f"{REGISTRY[names[0]].path.symmetric_backend} symmetric memory cannot share a process "
+                    "with the others')")
+        rows, error = attempt(lambda: session.rank_sets.run(replace(config, impls=names), session))  # noqa: B023
+        error = _set_failure(impls.backend, error)
+        for table in runnable:
+            if error is not None:
+                impls.fail(table, f"the rank processes of {listed} failed: {error}")
+            else:
+                found[_table_key(table)] = [row for row in rows if _row_key(row) == _table_key(table)]
+    return found
+
+
+ENDED = "its rank process ended"  # a set's process that died before it reported
+
+
+def _set_failure(backend: Backend, error: str | None) -> str | None:
+    """Every rank's account of its set's process, the same on every rank: a process that ended without
+    a word first (the others' errors are mostly that peer's absence), then the lowest rank's."""
+    accounts = [(rank, text) for rank, text in enumerate(backend.all_gather_object(error)) if text]
+    if not accounts:
+        return None
+    accounts.sort(key=lambda account: (ENDED not in account[1], account[0]))
+    first = f"rank {accounts[0][0]}: {accounts[0][1]}"
+    return first + (f" (and {plural(len(accounts) - 1, 'other rank')})" if len(accounts) > 1 else "")
+
+
+# Where no rank process can be started for a set (MPI started the ranks, and there is no store)
+NO_RANK_SETS = ("needs rank processes of its own (torch holds one symmetric-memory backend per process), "
+                "which this launch cannot start without a rendezvous store: run it in a run of its own")
+
+
+def _report_table(rows: list[Row], output: Output) -> list[Row]:
+    """A table its set's own rank processes measured, reported in its place."""
+    for row in rows:
+        _report(row, output)
+    output.table_done(rows)
+    return rows
+
+
 def _run_table(config: RunConfig, backend: Backend, table: TablePlan, session: Session, impls: ImplRun,
-               policy: SamplingPolicy, output: Output) -> list[Row]:
+               output: Output) -> list[Row]:
     """One table's rows, each reported as it is measured, then the table."""
-    budgets = {mode: IterationBudget(policy) for mode in table.modes}
     impl = impls.table(table)
     table_rows: list[Row] = []
     for size in table.sizes:
         point = SizePoint(config, backend, table, size, session.membership, session.row_context,
-                          session.memory, impl)
+                          session.memory, impl, session.contention)
         _check_in(point, point.label(), session.stop_requested)
-        for row in measure_size(point, budgets, output):
-            output.row(row)
-            if row.wrong:
-                output.note(f"{describe_row(row)}: {plural(row.wrong, 'wrong element')}, first at "
-                            f"{row.first_wrong}")
+        for row in measure_size(point, output):
+            _report(row, output)
             table_rows.append(row)
         backend.free_cached_memory()  # the size's buffers are gone: nothing cached for the next
     output.table_done(table_rows)
     return table_rows
+
+
+def _report(row: Row, output: Output) -> None:
+    output.row(row)
+    if row.wrong:
+        output.note(f"{describe_row(row)}: {plural(row.wrong, 'wrong element')}, first at {row.first_wrong}")
 
 
 def _comparable(row: Row | None) -> tuple | None:
@@ -197,7 +284,7 @@ def _left_out_by_a_wildcard(config: RunConfig, row: Row) -> bool:
     """Whether an unavailable row came in through a wildcard, which may leave out, by name, what cannot
     run here: --impl all (an implementation's refusal) or --collective all (the collective's own)."""
     if row.impl and row.impl != REFERENCE_IMPL:
-        return set(IMPLS) <= set(config.impls)
+        return set(REGISTRY) <= set(config.impls)
     return config.all_collectives
 
 
@@ -246,6 +333,7 @@ class SizePoint:
     row_context: RowContext | None = None
     memory: MemoryBudget | None = None  # the default budget (--max-memory, when given, comes first)
     impl: ImplTable | None = None  # the table's implementation as set up on this rank
+    contention: Any = None  # --concurrent, --with-compute: running/contention.py's Contention
 
     @property
     def placement(self) -> str:
@@ -274,24 +362,34 @@ class SizePoint:
                 f"on rank {self.backend.rank}")
 
     def row(self, mode: str, sampled: Sampled | None, layout: Layout, checker: SizeChecker | None = None,
-            error: str = "", facts: ImplFacts | None = None) -> Row:
+            error: str = "", facts: ImplFacts | None = None, how: Measuring = UNSTAMPED,
+            **extra: Any) -> Row:
+        """The row of one mode; ``how`` it was measured; ``extra``: contention's columns."""
         table, size, plan, backend = self.table, self.size, self.membership.plan, self.backend
+        config = self.config
         collective = table.collective
         impl = row_fields(self.impl, facts) if self.impl is not None else {}
         if facts is not None and facts.status == UNAVAILABLE:  # refused at this size: not a failure
             impl.update(impl_status=UNAVAILABLE, impl_note="")
+        scale = collective.time_scale(layout)
+        measured_to = utc_stamp()
         return make_row(
-            sampled, time_scale=collective.time_scale(layout),
+            sampled, time_scale=scale, per_iteration=config.per_iteration,
+            measured_from=how.measured_from or measured_to, measured_to=measured_to,
+            first_op_us=None if how.first_op_s is None else round(how.first_op_s * scale * 1e6, 3),
+            misalign=config.misalign, buffer_sets=config.buffer_sets, flush_bytes=how.flush_bytes,
             members=[list(ranks) for ranks in plan.members],
             collective=collective.name, backend=backend.name, device=backend.device.type,
             world_size=backend.world_size, dtype=table.dtype, mode=mode, op=table.op, size_bytes=size.used,
-            requested_bytes=size.requested, count_per_rank=size.count_per_rank, warmup=self.config.warmup,
+            requested_bytes=size.requested, count_per_rank=size.count_per_rank,
+            warmup=self.config.warmup if how.warmup is None else how.warmup,
             busbw_factor=collective.busbw_factor(plan.size), group_size=plan.size, group_layout=plan.layout,
             group_count=plan.count, placement=self.placement,
             wrong=None if checker is None else checker.wrong,
             first_wrong="" if checker is None else checker.first_wrong, error=error,
             benchmark=self.config.name, root=self.config.root if collective.rooted else -1,
-            output_digest="" if checker is None else checker.digest, context=self.row_context, **impl)
+            output_digest="" if checker is None else checker.digest, context=self.row_context, **impl,
+            **extra)
 
 
 def _check_in(point: SizePoint, label: str, stop_requested: Callable[[], int]) -> None:
@@ -317,13 +415,20 @@ def _probe(op: BoundOp, mode: str) -> float:
     return time.perf_counter() - started
 
 
-def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: Output) -> list[Row]:
-    """One row per mode for one size; the buffers are this call's locals, released when it returns."""
+def measure_size(point: SizePoint, output: Output) -> list[Row]:
+    """One row per mode for one size (contention: one per communicator); the buffers are this call's
+    locals, released when it returns. With --memory the size's memory is read from before its buffers
+    exist to after its last op."""
     backend, table = point.backend, point.table
+    if point.impl is not None and point.impl.failure is not None:  # its own rank processes failed
+        return [point.row(mode, None, point.layout(), error=point.impl.failure) for mode in table.modes]
     refused = _refusal(point)
     if refused is not None:
         return [point.row(mode, None, point.layout(), error=refused, facts=ImplFacts(UNAVAILABLE))
                 for mode in table.modes]
+    memory = SizeMemory(backend.device) if point.config.memory else None
+    if point.contention is not None:
+        return measure_contending(point, output, memory)
     state = point.impl.state if point.impl is not None else None
     scope, error = attempt(state.size_scope) if state is not None else (None, None)
     error = agree(backend, error) if state is not None else None
@@ -331,7 +436,7 @@ def measure_size(point: SizePoint, budgets: dict[str, IterationBudget], output: 
         return [point.row(mode, None, point.layout(), error=f"set-up failed: {error}",
                           facts=ImplFacts(UNAVAILABLE)) for mode in table.modes]
     try:
-        return _measure_buffers(point, budgets, output, scope)
+        return _measure_buffers(point, output, scope, memory)
     finally:
         if scope is not None:
             attempt(scope.release)
@@ -351,16 +456,27 @@ def _refusal(point: SizePoint) -> str | None:
     return size_refusal(point.impl, table, point.size, point.membership.plan.size)
 
 
-def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], output: Output,
-                     scope: Any) -> list[Row]:
-    backend, table = point.backend, point.table
-    layout = point.layout(None if scope is None else scope.allocate)
+@dataclass(frozen=True)
+class SizeOps:
+    """A size's buffers as its modes time them: the op (rotating through --buffers' sets, with
+    --flush-cache's write before each sample) and the op --check runs (always on the first set)."""
+
+    layout: Layout
+    buffers: SizeBuffers
+    op: BoundOp
+    checked: BoundOp
+
+
+def _measure_buffers(point: SizePoint, output: Output, scope: Any, memory: SizeMemory | None) -> list[Row]:
+    backend, table, config = point.backend, point.table, point.config
+    layout = point.layout(misaligned(None if scope is None else scope.allocate, config.misalign))
     # All ranks agree before the first collective: a rank that cannot allocate (out of memory), or
     # register its buffers, makes an error row on every rank instead of leaving the others waiting.
     with failures_named(lambda: point.failed_in(table.modes[0])):
-        buffers, error = attempt(lambda: allocate(point, layout))
+        built, error = attempt(lambda: allocate_sets(point, layout, config.buffer_sets, config.flush_cache))
         error = agree(backend, error)
         if error is None and scope is not None:
+            buffers = built.sets[0]
             splits = buffers.input_splits or [layout.count_per_rank] * layout.world_size
             registered, error = attempt(lambda: register(backend, scope, buffers.tensors(), splits))
             error = agree(backend, error)
@@ -369,26 +485,31 @@ def _measure_buffers(point: SizePoint, budgets: dict[str, IterationBudget], outp
     facts = ImplFacts() if scope is None else ImplFacts(register_ms=round(registered.seconds * 1e3, 3),
                                                         setup_bytes=registered.bytes_taken)
     args = CollectiveArgs(process_group=point.membership.process_group, op=table.op or "sum",
-                          root=point.config.root, premul_factor=point.config.premul_factor,
-                          **buffers.call_options())
+                          root=config.root, premul_factor=config.premul_factor,
+                          **built.sets[0].call_options())
     if scope is not None:
         args.process_group, args.path = point.impl.state.group, registered.binding
     issue = point.impl.impl.issue_for(table.collective.name, table.collective.issue) if point.impl \
         else table.collective.issue
-    op = BoundOp(backend, args, issue)
+    rotation = Rotation(built.sets, issue) if len(built.sets) > 1 else None
+    op = BoundOp(backend, args, rotation or issue, before=then_meet(built.flush, backend))
+    ops = SizeOps(layout, built, op, BoundOp(backend, args, rotation.pinned(0)) if rotation else op)
     rows = []
     for mode in table.modes:
         output.working(f"{table.collective.name}{point.how} {table.dtype} {format_size(point.size.used)} "
                        f"{mode}")
+        measured_from = utc_stamp()
         with failures_named(lambda: point.failed_in(mode)):  # noqa: B023 - used before the loop moves on
             seconds, error = attempt(lambda: _probe(op, mode))  # noqa: B023 - called at once
             error, slowest = agree_with_time(backend, error, seconds or 0.0)
             if error is not None:
-                rows.append(point.row(mode, None, layout, error=error))
+                rows.append(point.row(mode, None, layout, error=error, how=Measuring(measured_from)))
                 continue
-            if point.config.profile_kernels and not facts.profiled:  # once per size, on every rank
+            if config.profile_kernels and not facts.profiled:  # once per size, on every rank
                 _profile(point, op, facts)
-            rows.append(_measure_mode(point, op, (layout, buffers), mode, budgets[mode], slowest, facts))
+            rows.append(_measure_mode(point, ops, mode, (measured_from, slowest), facts))
+    if memory is not None:
+        account_memory(backend, memory, built.nbytes(), rows)
     return rows
 
 
@@ -399,24 +520,25 @@ def _profile(point: SizePoint, op: BoundOp, facts: ImplFacts) -> None:
         facts.judge(point.impl, point.membership.plan.size)
 
 
-def _measure_mode(point: SizePoint, op: BoundOp, built: tuple[Layout, Buffers], mode: str,
-                  budget: IterationBudget, probe_seconds: float, facts: ImplFacts | None = None) -> Row:
-    """Warm-up, the timed ops (with --check, checked ops between and after them) and the row."""
-    config = point.config
-    layout, buffers = built
+def _measure_mode(point: SizePoint, ops: SizeOps, mode: str, probe: tuple[str, float],
+                  facts: ImplFacts | None = None) -> Row:
+    """Warm-up, the timed ops (with --check, checked ops between and after them) and the row;
+    ``probe``: when this rank began the mode (its probe op) and the probe's seconds, max over ranks."""
+    config, policy, op, layout = point.config, sampling_policy(point.config), ops.op, ops.layout
+    measured_from, probe_seconds = probe
     checker = interlude = None
     op.args.async_op = mode == "async"
-    share = None if config.iters is not None else WARMUP_SHARE * config.time_per_size
-    warm_up(op, warm_up_count(config.warmup, probe_seconds, share))
+    warmed, per_op_seconds = warm_up_for(op, policy, probe_seconds)
     if config.check:
         values = CheckValues(layout.dtype, point.table.op, layout.world_size, point.backend.device,
                              config.premul_factor)
         # with CUDA graphs the checked op is a replay of a captured one, as the timed ops are
-        checked_op = graph_replay_op(op) if config.cuda_graph else op
-        checker = SizeChecker(checked_op, mode, point.table.collective, layout, buffers, values)
+        checked_op = graph_replay_op(ops.checked) if config.cuda_graph else ops.checked
+        checker = SizeChecker(checked_op, mode, point.table.collective, layout, ops.buffers.sets[0], values)
         interlude = Interlude(config.check_every or 1 << 62, checker.run)
         op.args.async_op = mode == "async"
-    sampled = collect(op, mode, budget, point.size.used, interlude, point.size.window)
+    sampled = collect(op, mode, policy, per_op_seconds, interlude, point.size.window)
     if interlude is not None:
         interlude.finish()  # the checked op after timing
-    return point.row(mode, sampled, layout, checker=checker, facts=facts)
+    return point.row(mode, sampled, layout, checker=checker, facts=facts,
+                     how=Measuring(measured_from, probe_seconds, ops.buffers.flush_bytes(), warmed))

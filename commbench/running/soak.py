@@ -46,10 +46,13 @@ class StampedOutput:
         self.inner.note(text)
 
     def table_done(self, rows: list[Row]) -> None:
-        self.inner.table_done(rows)
+        self.inner.table_done([replace(row, repeat=self.repeat) for row in rows])  # its pass, for its title
 
     def implementations_done(self, rows: list[Row]) -> None:
         self.inner.implementations_done(rows)
+
+    def passes_done(self, rows: list[Row]) -> None:
+        self.inner.passes_done(rows)
 
     def plan(self, steps: int) -> None:
         self.inner.plan(steps)

@@ -15,6 +15,7 @@ is why Python starts fresh interpreters there) and with COMMBENCH_RANK_START=exe
 """
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -34,6 +35,10 @@ from commbench.writers.files import finish_abandoned
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 RANK_START_ENV = "COMMBENCH_RANK_START"  # fork (from a server that imported torch) or exec (fresh python)
+# The Flight Recorder kept on, small, in the ranks we spawn: a failed run leaves each rank's last operations
+# for `commbench diagnose` (torch reads the first name; the second is its older spelling).
+FLIGHT_RECORDER_SIZE_ENVS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FLIGHT_RECORDER_ENTRIES = 256
 # After a rank fails, the others get this long per core's worth of ranks to notice and exit on their own.
 FAILURE_GRACE_S = 4.0
 
@@ -64,9 +69,16 @@ def rank_start(environ: dict[str, str] | None = None, platform: str = sys.platfo
 
 
 def forking_context() -> Any:
-    """multiprocessing's forkserver, its server preloading torch and the modules a rank runs."""
+    """multiprocessing's forkserver, its server preloading torch and the modules a rank runs, started
+    with SIGINT ignored: it shares the launcher's terminal, and a Ctrl-C in the seconds it imports torch
+    would print its traceback (the launcher forwards signals to the ranks, and a rank sets its own)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # an ignored signal stays ignored across exec
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return context
 
 
@@ -126,6 +138,8 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     os.environ.setdefault("PYTHONSAFEPATH", "1")
     env = dict(os.environ)
     env[BOARD_ENV] = str(board.path)
+    if not any(name in env for name in FLIGHT_RECORDER_SIZE_ENVS):  # the user's choice stands
+        env[FLIGHT_RECORDER_SIZE_ENVS[0]] = str(FLIGHT_RECORDER_ENTRIES)
     rank_envs = [{**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
                   "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                   LAUNCHER_ENV: "local"} for rank in range(nproc)]

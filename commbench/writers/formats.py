@@ -23,7 +23,14 @@ from typing import Protocol, TextIO, TypeVar
 
 from commbench.results.fit import SeriesFit, fit_line
 from commbench.results.model import Row, RunMeta
-from commbench.writers.console import ConsoleReporter, ReporterBase, group_title, header_line, make_console
+from commbench.writers.console import (
+    ConsoleReporter,
+    ReporterBase,
+    group_title,
+    header_lines,
+    make_console,
+    pass_label,
+)
 from commbench.writers.files import clean_for_json
 from commbench.writers.side_by_side import side_by_side_table
 
@@ -56,6 +63,7 @@ class Reporter(Protocol):
     def advance(self) -> None: ...
     def table_done(self, rows: list[Row], fits: list[SeriesFit]) -> None: ...
     def implementations_done(self, rows: list[Row]) -> None: ...
+    def passes_done(self, rows: list[Row]) -> None: ...
     def files(self, paths: Iterable[str]) -> None: ...
     def close(self) -> None: ...
 
@@ -114,6 +122,7 @@ class NcclTestsReporter(ReporterBase):
         self.out = out
         self.pending: list[Row] = []  # the modes of the size being measured
         self.header_done = False
+        self.run_config: dict = {}  # the run's meta.config (a soak's pass count)
 
     @classmethod
     def for_settings(cls, setup: ConsoleSettings) -> "NcclTestsReporter":
@@ -123,7 +132,9 @@ class NcclTestsReporter(ReporterBase):
         print(text, file=self.out, flush=True)
 
     def header(self, meta: RunMeta) -> None:
-        self._print(f"# {header_line(meta)}")
+        self.run_config = dict(meta.config)
+        for line in header_lines(meta):
+            self._print(f"# {line}")
         self._print(f"# command: {' '.join(meta.command)}")
 
     def note(self, text: str) -> None:
@@ -149,7 +160,8 @@ class NcclTestsReporter(ReporterBase):
         first = rows[0]
         if not self.header_done:
             self._print("#")
-            self._print(f"# {group_title(first)}")
+            label = pass_label(first, self.run_config)
+            self._print(f"# {group_title(first)}{f' · {label}' if label else ''}")
             self._column_header([row.mode for row in rows])
             self.header_done = True
         line = (f"{first.size_bytes:12d}  {first.count_per_rank:12d}  "
@@ -195,7 +207,8 @@ class JsonLinesReporter(ReporterBase):
         return cls(sys.stdout, sys.stderr)
 
     def header(self, meta: RunMeta) -> None:
-        print(header_line(meta), file=self.err, flush=True)
+        for line in header_lines(meta):
+            print(line, file=self.err, flush=True)
 
     def note(self, text: str) -> None:
         print(f"note: {text}", file=self.err, flush=True)

@@ -5,9 +5,10 @@ Rank 0 gets a recording output (recording.RecordingOutput: the files, then the c
 rank gets ``NullOutput``. A producer calls ``plan`` once, ``working`` before each point, ``row`` as each
 row is measured (``batch`` for rows measured together, such as a fabric round's: one sync of the files),
 ``note`` for anything worth a line, ``table_done`` with the rows of each table,
-``implementations_done`` with the rows of tables that differ only by implementation, and
-``section`` for a named part of results.json beside the rows (fabric's matrices and suspects), and
-``unavailable`` for what a sweep left out because the backend cannot run it here.
+``implementations_done`` with the rows of tables that differ only by implementation, ``passes_done``
+with every pass's rows when a soak's passes are all in, ``section`` for a named part of results.json
+beside the rows (fabric's matrices and suspects), and ``unavailable`` for what a sweep left out
+because the backend cannot run it here.
 """
 
 from typing import Protocol
@@ -35,6 +36,9 @@ class Output(Protocol):
     def implementations_done(self, rows: list[Row]) -> None:
         """The tables of one collective, dtype, op and placement by several implementations are all in
         (``rows``: theirs, in order): to show them side by side."""
+
+    def passes_done(self, rows: list[Row]) -> None:
+        """A soak's passes (--repeat, --duration) are all in: ``rows``, every pass's, to summarise."""
 
     def section(self, name: str, payload: dict) -> None:
         """Write ``payload`` as the part ``name`` of results.json, replacing an earlier one."""
@@ -67,6 +71,9 @@ class NullOutput:
         pass
 
     def implementations_done(self, rows: list[Row]) -> None:
+        pass
+
+    def passes_done(self, rows: list[Row]) -> None:
         pass
 
     def section(self, name: str, payload: dict) -> None:

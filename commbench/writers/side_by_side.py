@@ -6,7 +6,13 @@ outputs differ. One line stands for a table whose implementation could not run a
 from commbench.core.sizes import format_size
 from commbench.measure.impls import REFERENCE_IMPL
 from commbench.results.model import Row
-from commbench.results.side_by_side import compare_sizes, implementations, output_differences, unavailable
+from commbench.results.side_by_side import (
+    compare_sizes,
+    copied_inputs,
+    implementations,
+    output_differences,
+    unavailable,
+)
 from commbench.writers.console import TextTable
 
 
@@ -58,4 +64,5 @@ def _footer(rows: list[Row]) -> list[str]:
                          f"{fallbacks[0].impl_note}")
     legend = (f"fastest: the smallest p50 at that size; vs {REFERENCE_IMPL}: {REFERENCE_IMPL}'s p50 / the "
               "implementation's (above 1: faster)")
-    return lines + output_differences(rows) + [legend]
+    copies = copied_inputs(rows)
+    return lines + output_differences(rows) + ([copies] if copies else []) + [legend]

@@ -20,7 +20,7 @@ from commbench.measure.impls.base import (
 from commbench.errors import UsageError, did_you_mean
 
 __all__ = ["DEFAULT_IMPLS", "REFERENCE_IMPL", "REGISTRY", "Evidence", "Implementation", "Needs", "Setting",
-           "SizeFacts", "check_applicable", "impls_for", "resolve_impls"]
+           "SizeFacts", "check_applicable", "impls_for", "process_sets", "resolve_impls"]
 
 # torch.distributed's own call: --impl's default, what rows from before --impl ran, what "vs" compares with
 REFERENCE_IMPL = reference().name
@@ -58,3 +58,19 @@ def check_applicable(names: list[str], collectives: list[str], everything: bool)
             runs = ", ".join(REGISTRY[name].collectives or ())
             raise UsageError(f"--impl {name} runs {runs}: none of the collectives asked for "
                              f"({', '.join(collectives)})")
+
+
+def process_sets(names: list[str]) -> list[list[str]]:
+    """``names`` in the sets of rank processes they run in, each in order: torch holds one symmetric-memory
+    backend per process, fixed once its allocator is used (symm_mem.set_backend). The first set, run by
+    the run's own ranks, holds every implementation that needs no such backend and those of the first
+    backend named; each other backend's run in rank processes of their own."""
+    by_backend: dict[str, list[str]] = {}
+    for name in names:
+        path = REGISTRY[name].path
+        by_backend.setdefault(path.symmetric_backend if path is not None else "", []).append(name)
+    plain = by_backend.pop("", [])
+    sets = list(by_backend.values())
+    first = sets.pop(0) if sets else []
+    own = [name for name in names if name in plain or name in first]
+    return [own, *sets] if own else sets

@@ -45,16 +45,27 @@ class Setting:
     group_size: int
     whole_world: bool
     capabilities: Capabilities | None
+    hosts: int = 1  # the most hosts one group spans (every group runs the table at once)
 
 
 @dataclass(frozen=True)
 class SizeFacts:
-    """One size of a table: what per-size rules (alignment) read."""
+    """One size of a table: what per-size rules (alignment, a kernel's blocks) read. ``pair_counts``: for
+    all_to_allv, what each group rank sends each (elements; empty for even collectives)."""
 
     collective: str
     count_per_rank: int
     element_size: int
     group_size: int
+    pair_counts: tuple[tuple[int, ...], ...] = ()
+    one_host: bool = True  # every group's ranks share a host
+
+    def sends(self) -> tuple[tuple[int, ...], ...]:
+        """Elements group rank i sends group rank j, for the all-to-alls: ``pair_counts``, or the even
+        chunk of all_to_all_single."""
+        if self.pair_counts:
+            return self.pair_counts
+        return tuple((self.count_per_rank,) * self.group_size for _ in range(self.group_size))
 
 
 def any_group(collective: str, placement: str, ranks: int) -> str | None:
@@ -83,6 +94,7 @@ class Needs:
     ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     placements: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     whole_world: bool = False  # no sub-communicators (--group-size, --groups)
+    one_host: str = ""  # why a group must share one host ('' it need not)
     groups: Callable[[str, str, int], str | None] = any_group  # why a group size is refused
     groups_text: str = ""  # the group-size rule in words, for docs and `commbench list`
     sizes: Callable[[SizeFacts], str | None] = any_size  # why one size is refused (alignment)
@@ -123,6 +135,8 @@ class Needs:
     def _setting_refusal(self, setting: Setting) -> str | None:
         if self.whole_world and not setting.whole_world:
             return "runs over the whole world only, not in sub-communicators"
+        if self.one_host and setting.hosts > 1:
+            return f"runs within one host only (a group here spans {setting.hosts}): {self.one_host}"
         if (why := self.groups(setting.collective, setting.placement, setting.group_size)) is not None:
             return why
         for name, table, value in (("dtype", self.dtypes, setting.dtype), ("op", self.ops, setting.op),
@@ -170,6 +184,10 @@ class Implementation(ABC):
     # A fallback known before running: the path exists but NCCL will not take it for this setting.
     expected_fallback: Callable[[Setting], str | None] = nothing_expected
     reference: bool = False  # torch.distributed's own call: the default, and what the others compare with
+    # The collectives whose out-of-place form this implementation runs as a copy of the input into the
+    # output, then the op in place (torch's all_reduce, and torchcomms', work in place): their time holds
+    # the copy, where a kernel that writes its output itself (one-shot, two-shot) has none.
+    copies_out_of_place: tuple[str, ...] = ()
 
     @property
     @abstractmethod
@@ -181,12 +199,14 @@ class Implementation(ABC):
     def issue_for(self, collective: str, own: Issue) -> Issue:
         """How it issues ``collective``: a Backend method, or ``own`` (the collective's own call)."""
 
-    def start(self, backend: Backend, group: Any, members: list[list[int]]) -> Any:
-        """Set up ``path`` over ``group`` (``members``: every group's ranks), raising with the reason when
-        this process cannot. What it returns (backends.paths.PathState) allocates, registers and releases
-        each size's buffers and holds the communicator the ops run on; None: nothing to set up."""
+    def start(self, backend: Backend, group: Any, members: list[list[int]],
+              agree_on: Callable[[str | None], str | None]) -> Any:
+        """Set up ``path`` over ``group`` (``members``: every group's ranks; ``agree_on``: how the ranks
+        agree on a failure between steps), raising with the reason when any rank cannot. What it returns
+        (backends.paths.PathState) allocates, registers and releases each size's buffers and holds the
+        communicator the ops run on; None: nothing to set up."""
         spec = self.path
-        return None if spec is None else backend.start_path(spec, group, members)
+        return None if spec is None else backend.start_path(spec, group, members, agree_on)
 
     def runs(self, collective: str) -> bool:
         return self.collectives is None or collective in self.collectives

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from commbench.core.paths import PathSpec
 from commbench.measure.impls.base import Implementation, Issue, Needs, register
 
+# torch.distributed's collectives that work in place only: out of place, the backend copies first
+IN_PLACE_ONLY = ("all_reduce",)
+
 
 @dataclass(frozen=True, kw_only=True)
 class OwnCall(Implementation):
@@ -21,4 +24,4 @@ class OwnCall(Implementation):
 
 C10D = register(OwnCall(
     name="c10d", summary="torch.distributed's own call on the run's communicator (the default)",
-    collectives=None, needs=Needs(backend="", device=""), reference=True))
+    collectives=None, needs=Needs(backend="", device=""), reference=True, copies_out_of_place=IN_PLACE_ONLY))

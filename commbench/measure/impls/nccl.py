@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from commbench.core.paths import PathSpec
 from commbench.measure.impls.base import Evidence, Implementation, Issue, Needs, Setting, register
+from commbench.measure.impls.c10d import IN_PLACE_ONLY
 
 REGISTERED_COLLECTIVES = ("all_reduce", "reduce_scatter_base", "all_gather_base", "all_to_all_single",
                           "all_to_allv", "broadcast", "reduce")
@@ -48,6 +49,7 @@ class NcclBuffers(Implementation):
 
     memory: str
     communicator: str = "run"
+    copies_out_of_place: tuple[str, ...] = IN_PLACE_ONLY  # the collective's own call, as c10d's
 
     @property
     def path(self) -> PathSpec:
@@ -68,7 +70,8 @@ NCCL_SYMM = register(NcclBuffers(
     collectives=("all_reduce", "reduce_scatter_base", "all_gather_base"), memory="nccl-window",
     needs=Needs(features=("nccl-window",), min_nccl=(2, 27)),
     evidence=Evidence(proof=r"ncclSymkDevKernel", fallback=r"ncclDevKernel_",
-                      proof_text="NCCL's symmetric kernels (ncclSymkDevKernel_*)", nccl_log="symmetric"),
+                      proof_text="NCCL's symmetric kernels (ncclSymkDevKernel_*)", nccl_log="symmetric",
+                      judged_alone=False),
     expected_fallback=symmetric_kernel_fallback))
 
 CTA_EFFICIENCY = register(NcclBuffers(

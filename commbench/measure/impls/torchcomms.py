@@ -25,4 +25,5 @@ TORCHCOMMS = register(TorchcommsCall(
     name="torchcomms", summary="a torchcomms communicator (torchcomms.new_comm) instead of c10d's",
     collectives=COLLECTIVES,
     needs=Needs(backend="", device="", features=("torchcomms",), whole_world=True,
-                ops={ANY: ("sum", "avg", "min", "max", "prod")})))
+                ops={ANY: ("sum", "avg", "min", "max", "prod")}),
+    copies_out_of_place=("all_reduce",)))  # torchcomms' all_reduce works in place too

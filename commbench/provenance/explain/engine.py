@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from commbench.measure.impls import REFERENCE_IMPL
 from commbench.provenance.baselines import Baselines, load_baselines
 from commbench.provenance.explain import env_rules, host_rules, row_rules
 from commbench.provenance.explain.algorithms import best, bound_of, bounds, with_protocol
@@ -82,7 +83,7 @@ class SeriesExplanation:
     def title(self) -> str:
         parts = [self.benchmark, *(str(self.series.get(name) or "") for name in
                                    ("collective", "dtype", "op", "placement", "mode", "impl"))]
-        return " · ".join(part for part in parts if part and part != "c10d")
+        return " · ".join(part for part in parts if part and part != REFERENCE_IMPL)
 
     @property
     def best(self) -> Bound | None:

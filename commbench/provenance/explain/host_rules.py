@@ -6,6 +6,7 @@ Invariants: as every rule (reason.py); a rule reads only the hosts the series' g
 
 from dataclasses import replace
 
+from commbench.core.words import plural
 from commbench.provenance.explain.algorithms import best
 from commbench.provenance.explain.hosts import Host, Pcie
 from commbench.provenance.explain.reason import Context, Reason, changed, cost, used_hosts
@@ -118,7 +119,7 @@ def cores_shared(ctx: Context) -> Reason | None:
         others = host.load_1min - min(ranks, host.usable_cpus)
         if others >= SHARED_LOAD and host.load_1min > host.usable_cpus:
             evidence[name] = (f"load average {host.load_1min:g} on {host.usable_cpus} usable CPUs with "
-                              f"{ranks} ranks of this run")
+                              f"{plural(ranks, 'rank')} of this run")
     if not evidence:
         return None
     name, what = next(iter(evidence.items()))
