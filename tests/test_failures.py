@@ -24,7 +24,9 @@ from tests.process_helpers import (
     alive,
     csv_rows,
     rank_processes,
+    signal_own,
     start_commbench,
+    started_at,
     wait_for_rows,
     wait_until_gone,
 )
@@ -103,15 +105,15 @@ def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 
-def _end_run(proc, ranks: dict[int, int]) -> None:
-    """Kill what is left of a test's run (a stopped rank is continued first, so it goes at once)."""
+def _end_run(proc, started: dict[int, int | None]) -> None:
+    """Kill what is left of a test's run (a stopped rank is continued first, so it goes at once): only
+    the processes it started, each by its pid and start time (``started``), never a pid given again."""
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
-    for pid in ranks.values():
-        if alive(pid) and Path(f"/proc/{pid}/comm").read_text().startswith("commbench-r"):
-            os.kill(pid, signal.SIGCONT)
-            os.kill(pid, signal.SIGKILL)
+    for pid, start in started.items():
+        if alive(pid) and signal_own(pid, start, signal.SIGCONT):
+            signal_own(pid, start, signal.SIGKILL)
 
 
 # Rank 0 hosts the rendezvous store: torch's client waits forever for its answers once it is frozen, so
@@ -124,13 +126,14 @@ def test_frozen_rank_0_ends_the_run_within_the_timeout_and_is_named(tmp_path):
     # SIGSTOP rank 0, which serves the store: rank 1 stops waiting for it, names it, and the
     # launcher stops it and records in its results.json how the run ended.
     proc, ranks = _start(tmp_path, nproc=2, timeout_s=FROZEN_TIMEOUT_S)
+    started = {pid: started_at(pid) for pid in ranks.values()}
     try:
         frozen_at = time.monotonic()
-        os.kill(ranks[0], signal.SIGSTOP)
+        assert signal_own(ranks[0], started[ranks[0]], signal.SIGSTOP)
         _, stderr = proc.communicate(timeout=FROZEN_TIMEOUT_S + 90)
         elapsed = time.monotonic() - frozen_at
     finally:
-        _end_run(proc, ranks)
+        _end_run(proc, started)
     assert proc.returncode == 1, stderr
     assert elapsed < 60, f"took {elapsed:.1f} s with --timeout {FROZEN_TIMEOUT_S}"
     assert "(hosted by rank 0): its host is stopped, hung or overloaded" in stderr, stderr
@@ -146,11 +149,12 @@ def test_frozen_rank_0_ends_the_run_within_the_timeout_and_is_named(tmp_path):
 def test_killed_rank_0_leaves_a_final_status_and_every_row(tmp_path):
     # rank 0 writes the files: its launcher records the end it could not, with the CSV's rows
     proc, ranks = _start(tmp_path, nproc=2, timeout_s=KILL_TIMEOUT_S)
+    started = {pid: started_at(pid) for pid in ranks.values()}
     try:
-        os.kill(ranks[0], signal.SIGKILL)
+        assert signal_own(ranks[0], started[ranks[0]], signal.SIGKILL)
         _, stderr = proc.communicate(timeout=KILL_TIMEOUT_S + 60)
     finally:
-        _end_run(proc, ranks)
+        _end_run(proc, started)
     assert proc.returncode == 1, stderr
     assert "rank 0 died (SIGKILL)" in stderr
     _, payload = _kept_rows(tmp_path)
