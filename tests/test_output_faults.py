@@ -23,7 +23,8 @@ NOT_SAID = ("frame #", "Traceback", "lost the rendezvous store")
 
 
 def _run(tmp_path, *extra: str, **options) -> subprocess.Popen:
-    files = ["--csv", str(tmp_path / "r.csv"), "--json", str(tmp_path / "r.json")]
+    files = ["--csv", str(tmp_path / "r.csv"), "--json", str(tmp_path / "r.json"),
+             "--output-dir", str(tmp_path)]  # the run's directory (Flight Recorder dumps) too
     return subprocess.Popen([sys.executable, "-m", "commbench", *SWEEP, *extra, *files],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=launcherless_env(),
                             cwd=ROOT, stdin=subprocess.DEVNULL, **options)
@@ -40,7 +41,10 @@ def test_a_closed_stdout_stops_the_run_quietly_with_its_files_whole(tmp_path):
     proc = _run(tmp_path, *PASSES)
     ranks = rank_processes(proc.pid, 2)
     try:
-        first = [proc.stdout.readline() for _ in range(2)]  # what `| head -2` reads before it exits
+        # what `| head -N` reads before it exits, N the lines up to the end of the first table
+        first = [proc.stdout.readline()]
+        while first[-1] and not first[-1].startswith("└") and len(first) < 40:
+            first.append(proc.stdout.readline())
         proc.stdout.close()
         stderr = proc.stderr.read()
         proc.wait(timeout=120)
@@ -68,9 +72,11 @@ def test_a_file_that_cannot_grow_keeps_both_files_alike_and_says_why(tmp_path):
     assert proc.returncode == 1, stderr
     said = [line for line in stderr.splitlines() if line.startswith("commbench: error: rank 0 could not")]
     kept = len(csv_rows(tmp_path / "r.csv"))
-    assert said == [f"commbench: error: rank 0 could not write {tmp_path / 'r.json'}: File too large (the "
-                    f"file size limit (ulimit -f) is reached); the files keep the {kept} rows measured "
-                    "before"]
+    # the line may go on with where the ranks' Flight Recorder dumps are and diagnose's verdict on them
+    assert len(said) == 1 and said[0].startswith(
+        f"commbench: error: rank 0 could not write {tmp_path / 'r.json'}: File too large (the file size "
+        f"limit (ulimit -f) is reached); the files keep the {kept} rows measured before"), stderr
+    assert said[0].endswith("measured before") or "measured before; Flight Recorder dumps in " in said[0]
     assert not any(words in stderr for words in NOT_SAID), stderr
     meta = _files_alike(tmp_path)
     assert meta["status"] == "failed" and "the file size limit" in meta["error"]
