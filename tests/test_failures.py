@@ -48,7 +48,7 @@ def _files(tmp_path):
 def _start(tmp_path, nproc: int = 3, timeout_s: float = TIMEOUT_S):
     csv_path, json_path = _files(tmp_path)
     proc = start_commbench(*LONG_SWEEP, "--timeout", str(timeout_s), "--nproc", str(nproc),
-                           "--csv", str(csv_path), "--json", str(json_path))
+                           "--csv", str(csv_path), "--json", str(json_path), "--output-dir", str(tmp_path))
     ranks = rank_processes(proc.pid, nproc)
     assert sorted(ranks) == list(range(nproc))
     wait_for_rows(csv_path, 2, proc)
@@ -171,6 +171,7 @@ def test_rank_that_skips_a_size_is_named_at_the_timeout(tmp_path):
     sizes = {0: "1K:16K", 1: "1K:16K", 2: "1K,2K,8K,16K"}
     procs = [start_commbench("--collective", "all_reduce", "--sizes", sizes[rank], "--quiet",
                              "--timeout", str(timeout_s), "--csv", str(csv_path), "--json", str(json_path),
+                             "--output-dir", str(tmp_path),
                              env={"RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank),
                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
              for rank in range(3)]
