@@ -19,6 +19,7 @@ JSON's last rewrite.
 
 import csv
 import errno
+import glob
 import json
 import math
 import os
@@ -220,7 +221,10 @@ def finish_abandoned(json_path: Path, csv_path: Path, status: str, finished_at: 
     """Record how a run ended when its rank 0 could not: results.json's status, end time and error, and
     the rows of the CSV (synced per row) that the JSON's last rewrite did not hold yet. False when there
     is nothing to settle: rank 0 recorded the end itself, or wrote no results.json. A CSV line cut short
-    by the death, and any after it, are left out of the JSON."""
+    by the death, and any after it, are left out of the JSON, and a rewrite it cut short leaves no
+    temporary file behind."""
+    for temporary in json_path.parent.glob(f".{glob.escape(json_path.name)}.{'?' * 8}.tmp"):
+        temporary.unlink(missing_ok=True)  # write_text_atomic's (mkstemp's 8 letters), its writer gone
     try:
         payload = json.loads(json_path.read_text())
     except (OSError, ValueError):
