@@ -2,6 +2,7 @@
 anything it started is still alive (Linux /proc)."""
 
 import csv
+import os
 import subprocess
 import sys
 import time
@@ -42,6 +43,27 @@ def rank_processes(parent_pid: int, count: int, timeout: float = 60.0) -> dict[i
         if len(found) == count or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+def started_at(pid: int) -> int | None:
+    """When a process started (clock ticks since boot; None: gone): with its pid, who it is, so that a
+    pid the system gave again to another process (another run's rank) is never signalled."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def signal_own(pid: int, started: int | None, signum: int) -> bool:
+    """Send ``signum`` to ``pid`` only while it is still the process that started at ``started``
+    (started_at); whether it was sent."""
+    if started is None or started_at(pid) != started:
+        return False
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def alive(pid: int) -> bool:

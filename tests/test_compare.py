@@ -74,8 +74,7 @@ def test_halves_of_one_repeated_run_pass_the_gate_and_fail_it_20x_slower(repeate
     assert slow.stderr.startswith("commbench: regression: 8 significant slowdowns above 10% (6 points")
 
 
-def test_single_pass_runs_are_not_judged_on_their_samples_and_the_gate_says_to_repeat(two_runs, tmp_path,
-                                                                                      capsys):
+def test_single_pass_runs_fail_the_gate_closed_and_it_says_to_repeat(two_runs, tmp_path, capsys):
     a, b = (saved.json for saved in two_runs)
     comparison = compare_runs(load_run(a), load_run(b))
     assert len(comparison.pairs) == len(load_run(a).rows) == 18
@@ -83,12 +82,41 @@ def test_single_pass_runs_are_not_judged_on_their_samples_and_the_gate_says_to_r
     assert comparison.testable() == [] and all(pair.ratio and pair.ratio > 0 for pair in comparison.pairs)
     slowed = slowed_copy(a, tmp_path / "slowed.json", 50.0)  # within-run samples would call this significant
     for new in (b, slowed):
-        assert main(["compare", str(a), str(new), "--fail-above", "10"]) == 0
+        # one pass a side judges nothing: in CI that must not be a green light
+        assert main(["compare", str(a), str(new), "--fail-above", "10"]) == 1
         captured = capsys.readouterr()
         assert "n/a (1 pass)" in captured.out and "significant slowdowns" not in captured.out
-        assert "not judged" in captured.out and "--repeat 5" in captured.out and "passed" not in captured.out
-        assert captured.err.startswith("commbench: warning: regression gate: nothing judged")
+        assert "FAILED, 18 points not judged" in captured.out and "passed" not in captured.out
+        assert "1 pass on the base side and 1 on the new (at least 2 a side)" in captured.out
+        assert captured.err.startswith("commbench: regression gate: FAILED: 18 points not judged")
         assert "--repeat 5 or more" in captured.err
+    # asked for, what cannot be judged is named and lets the gate pass
+    assert main(["compare", str(a), str(b), "--fail-above", "10", "--allow-unjudged"]) == 0
+    captured = capsys.readouterr()
+    assert "18 points not judged, allowed:" in captured.out
+    assert captured.err.startswith("commbench: warning: regression gate: 18 points not judged")
+
+
+@pytest.mark.parametrize("bad_p50", [float("inf"), float("nan"), 0.0])
+def test_a_pass_whose_p50_is_not_a_time_fails_the_gate_beside_a_3x_slowdown(repeated_run, tmp_path, bad_p50,
+                                                                            capsys):
+    base = passes_copy(repeated_run.json, tmp_path / "a.json", {0, 2, 4, 6, 8})
+    slowed = passes_copy(repeated_run.json, tmp_path / "x3.json", {1, 3, 5, 7, 9}, factor=3.0)
+    payload = json.loads(slowed.read_text())
+    payload["rows"][0]["time_us_p50"] = bad_p50  # json writes Infinity and NaN as its reader takes them
+    slowed.write_text(json.dumps(payload))
+    status = main(["compare", str(base), str(slowed), "--fail-above", "10"])
+    captured = capsys.readouterr()
+    assert status != 0 and "passed" not in captured.out, captured.out
+    if status == 1:  # read as saved: the gate names the pass it cannot judge
+        assert f"new pass 1 of 5 has a p50 of {bad_p50:g} µs" in captured.out
+
+
+@pytest.mark.parametrize("threshold", ["nan", "inf", "-5"])
+def test_a_fail_above_that_is_not_a_percentage_is_refused(two_runs, threshold, capsys):
+    a, b = (saved.json for saved in two_runs)
+    assert main(["compare", str(a), str(b), "--fail-above", threshold]) == 2
+    assert "--fail-above" in capsys.readouterr().err
 
 
 def test_the_gate_line_is_a_percentage_of_the_p50(repeated_run, tmp_path, capsys):
@@ -266,7 +294,7 @@ def test_rows_in_only_one_file_fail_the_gate_and_warn_without_it(six_collective_
     mismatch, unjudged = captured.err.strip().splitlines()  # one pass a side: nothing judged on time
     assert mismatch == (f"commbench: regression gate: {longer}: 0 rows only in {base} and 12 only in "
                         f"{longer}: the files do not measure the same points")
-    assert unjudged.startswith(f"commbench: warning: regression gate: nothing judged for {longer}")
+    assert unjudged.startswith(f"commbench: regression gate: FAILED: 24 points not judged (first: {longer}")
     assert main(["compare", str(base), str(longer)]) == 0
     assert capsys.readouterr().err.startswith(f"commbench: warning: {longer}: 0 rows only in {base}")
 

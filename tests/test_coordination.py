@@ -8,7 +8,7 @@ import pytest
 import torch.distributed as dist
 
 from commbench.coordination import Coordinator, LauncherBoard
-from commbench.coordination.store import key_prefix
+from commbench.coordination.store import Requests, Unanswered, key_prefix
 from commbench.core.groups import format_ranks
 from commbench.errors import RunError
 from commbench.running.spawn import free_port
@@ -291,3 +291,21 @@ def test_a_peer_failure_is_reported_to_ranks_waiting_at_a_step():
     ([3], "rank 3"), ([0, 1, 2, 5, 7, 8], "ranks 0-2, 5, 7-8"), ([4, 2], "ranks 2, 4")])
 def test_format_ranks(ranks, text):
     assert format_ranks(ranks) == text
+
+
+def test_a_store_request_without_an_answer_ends_at_its_deadline_and_so_do_the_later_ones():
+    # torch's client blocks without end on a silent host; a request that never returns stands for it
+    requests = Requests(0.2)
+    assert requests.call("add 'joined'", lambda key, amount: amount + 1, "joined", 1) == 2
+    with pytest.raises(ValueError, match="its own error"):  # a request's own failure is the caller's
+        requests.call("get 'x'", lambda: (_ for _ in ()).throw(ValueError("its own error")))
+    silent = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(Unanswered, match=r"no answer to add 'trouble' within 0.2 s"):
+        requests.call("add 'trouble'", silent.wait)
+    assert 0.15 < time.monotonic() - started < 5
+    started = time.monotonic()
+    with pytest.raises(Unanswered, match=r"no answer to add 'trouble' within 0.2 s"):
+        requests.call("check 'joined'", lambda: True)  # the client is stuck: no second wait
+    assert time.monotonic() - started < 0.1
+    silent.set()

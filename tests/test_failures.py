@@ -21,9 +21,12 @@ from commbench.running.rank import StopRequests
 from commbench.running.spawn import failure_grace, free_port
 from tests.dist_helpers import commbench
 from tests.process_helpers import (
+    alive,
     csv_rows,
     rank_processes,
+    signal_own,
     start_commbench,
+    started_at,
     wait_for_rows,
     wait_until_gone,
 )
@@ -45,7 +48,7 @@ def _files(tmp_path):
 def _start(tmp_path, nproc: int = 3, timeout_s: float = TIMEOUT_S):
     csv_path, json_path = _files(tmp_path)
     proc = start_commbench(*LONG_SWEEP, "--timeout", str(timeout_s), "--nproc", str(nproc),
-                           "--csv", str(csv_path), "--json", str(json_path))
+                           "--csv", str(csv_path), "--json", str(json_path), "--output-dir", str(tmp_path))
     ranks = rank_processes(proc.pid, nproc)
     assert sorted(ranks) == list(range(nproc))
     wait_for_rows(csv_path, 2, proc)
@@ -102,6 +105,63 @@ def test_rank_hung_inside_a_collective_ends_the_run(tmp_path):
     assert wait_until_gone(list(ranks.values()), 10) == []
 
 
+def _end_run(proc, started: dict[int, int | None]) -> None:
+    """Kill what is left of a test's run (a stopped rank is continued first, so it goes at once): only
+    the processes it started, each by its pid and start time (``started``), never a pid given again."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    for pid, start in started.items():
+        if alive(pid) and signal_own(pid, start, signal.SIGCONT):
+            signal_own(pid, start, signal.SIGKILL)
+
+
+# Rank 0 hosts the rendezvous store: torch's client waits forever for its answers once it is frozen, so
+# the others bound every store request themselves (coordination/store.py); its floor is 10 s.
+FROZEN_TIMEOUT_S = 10
+
+
+@pytest.mark.processes
+def test_frozen_rank_0_ends_the_run_within_the_timeout_and_is_named(tmp_path):
+    # SIGSTOP rank 0, which serves the store: rank 1 stops waiting for it, names it, and the
+    # launcher stops it and records in its results.json how the run ended.
+    proc, ranks = _start(tmp_path, nproc=2, timeout_s=FROZEN_TIMEOUT_S)
+    started = {pid: started_at(pid) for pid in ranks.values()}
+    try:
+        frozen_at = time.monotonic()
+        assert signal_own(ranks[0], started[ranks[0]], signal.SIGSTOP)
+        _, stderr = proc.communicate(timeout=FROZEN_TIMEOUT_S + 90)
+        elapsed = time.monotonic() - frozen_at
+    finally:
+        _end_run(proc, started)
+    assert proc.returncode == 1, stderr
+    assert elapsed < 60, f"took {elapsed:.1f} s with --timeout {FROZEN_TIMEOUT_S}"
+    assert "(hosted by rank 0): its host is stopped, hung or overloaded" in stderr, stderr
+    assert re.search(r"rank 0 did not stop within [0-9.]+ s of rank \d failing \(hung\)", stderr), stderr
+    assert "frame #" not in stderr and "Traceback" not in stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "failed"
+    assert "rank 0 did not stop" in payload["meta"]["error"] and payload["meta"]["finished_at"]
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
+@pytest.mark.processes
+def test_killed_rank_0_leaves_a_final_status_and_every_row(tmp_path):
+    # rank 0 writes the files: its launcher records the end it could not, with the CSV's rows
+    proc, ranks = _start(tmp_path, nproc=2, timeout_s=KILL_TIMEOUT_S)
+    started = {pid: started_at(pid) for pid in ranks.values()}
+    try:
+        assert signal_own(ranks[0], started[ranks[0]], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=KILL_TIMEOUT_S + 60)
+    finally:
+        _end_run(proc, started)
+    assert proc.returncode == 1, stderr
+    assert "rank 0 died (SIGKILL)" in stderr
+    _, payload = _kept_rows(tmp_path)
+    assert payload["meta"]["status"] == "failed" and payload["meta"]["error"] == "rank 0 died (SIGKILL)"
+    assert wait_until_gone(list(ranks.values()), 10) == []
+
+
 @pytest.mark.processes
 def test_rank_that_skips_a_size_is_named_at_the_timeout(tmp_path):
     # Three ranks started as a launcher would, rank 2 with a sweep that leaves 4 KiB out (as a rank
@@ -111,6 +171,7 @@ def test_rank_that_skips_a_size_is_named_at_the_timeout(tmp_path):
     sizes = {0: "1K:16K", 1: "1K:16K", 2: "1K,2K,8K,16K"}
     procs = [start_commbench("--collective", "all_reduce", "--sizes", sizes[rank], "--quiet",
                              "--timeout", str(timeout_s), "--csv", str(csv_path), "--json", str(json_path),
+                             "--output-dir", str(tmp_path),
                              env={"RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank),
                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
              for rank in range(3)]

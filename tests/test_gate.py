@@ -110,21 +110,24 @@ def test_a_single_slow_point_among_many_is_adjusted_for_the_many(tmp_path, capsy
     assert status == 0 and "passed" in out
 
 
-def test_one_pass_a_side_is_not_judged_and_the_gate_says_to_repeat(tmp_path, capsys):
+def test_one_pass_a_side_is_not_judged_and_fails_the_gate_which_says_to_repeat(tmp_path, capsys):
     base = np.full((3, 1), 800.0)
+    # 20x slower, and not judged (one pass says nothing of the next run): the gate fails closed
     status, out, err = _gate(tmp_path, side(base), side(base * 20.0), capsys)
-    assert status == 0  # 20x slower, and not judged: one pass says nothing of the next run
-    assert "not judged for" in out and "--repeat 5 or more" in out
-    assert "passed" not in out
-    assert err.startswith("commbench: warning: regression gate: nothing judged for")
+    assert status == 1 and "FAILED, 3 points not judged" in out and "passed" not in out
+    assert out.count("1 pass on the base side and 1 on the new (at least 2 a side)") == 3
+    assert "significant slowdown" not in out  # nothing is claimed from samples within one pass
+    assert err.startswith("commbench: regression gate: FAILED: 3 points not judged")
+    assert "--repeat 5 or more" in err
 
 
 def test_one_pass_on_one_point_leaves_the_others_judged(tmp_path, capsys):
     base = {("all_reduce", 1024): [800.0], ("all_reduce", 2048): [800.0, 800.0, 800.0]}
     new = {("all_reduce", 1024): [800.0], ("all_reduce", 2048): [1600.0, 1600.0, 1600.0]}
     status, out, _ = _gate(tmp_path, base, new, capsys)
-    assert status == 1 and "not judged" not in out
-    assert "1 of 2 points have one pass on a side" in out
+    assert status == 1 and "1 of 2 points have one pass on a side" in out
+    assert "1 significant slowdown above 10%" in out  # the judged point, 2x slower, is found
+    assert "1 point not judged" in out and "sync 1 KiB: 1 pass on the base side" in out
 
 
 def test_sides_that_do_not_measure_the_same_points_fail_the_gate(tmp_path, capsys):
@@ -187,7 +190,7 @@ def test_the_significance_level_is_the_false_discovery_rate_the_gate_uses(tmp_pa
 @pytest.mark.parametrize("level, fail_above, message", [
     (0.0, 10.0, "--significance-level 0 must be between 0 and 1"),
     (1.0, 10.0, "--significance-level 1 must be between 0 and 1"),
-    (0.05, -1.0, "--fail-above -1 must not be negative"),
+    (0.05, -1.0, "--fail-above -1 must be a percentage of 0 or more"),
 ])
 def test_bad_settings_are_refused_before_any_file_is_read(level, fail_above, message):
     with pytest.raises(UsageError, match=message):

@@ -139,6 +139,10 @@ def test_bad_baselines_and_bad_options_are_one_line_usage_errors(tmp_path):
              "expect: [{busbw_gbps: 10, colective: all_reduce}]":
                  r"expect\[0\]: unknown key 'colective' \(did you mean collective\?\)",
              "expect: [{busbw_gbps: -1}]": "expected a finite number above 0",
+             "expect: [{busbw_gbps: .nan}]": "busbw_gbps: expected a finite number above 0, got nan",
+             "expect: [{busbw_gbps: .inf}]": "busbw_gbps: expected a finite number above 0, got inf",
+             "expect: [{busbw_gbps: 1}]\npass_pct: .nan":
+                 "pass_pct: expected a finite number above 0, got nan",
              "expect: [{busbw_gbps: 1, min_size: 12Q}]": "malformed size",
              "description: nothing to expect": "expected a mapping with an 'expect' list",
              "expect: [{busbw_gbps: 1}]\npass_pct: 50\nwarn_pct: 60": "warn_pct 60 is above pass_pct 50",

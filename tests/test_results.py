@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -59,6 +60,28 @@ def test_a_long_run_keeps_every_row_in_the_csv_and_all_of_them_in_the_json_at_th
     writer.finish("complete", "t1")
     saved = [row.size_bytes for row in load_run(tmp_path / "r.json").rows]
     assert saved == [1024 * (index + 1) for index in range(count)]
+
+
+def test_a_run_whose_rank_0_died_mid_rewrite_is_settled_without_its_temporary_file(tmp_path):
+    import tempfile
+
+    from commbench.writers.files import finish_abandoned
+
+    writer = ResultWriter(_meta(), tmp_path / "r.csv", tmp_path / "r.json")
+    for size in (1024, 2048):
+        writer.add(_row(size))
+    # rank 0 stopped and killed inside a rewrite: its temporary holds half a JSON, never renamed
+    handle, cut_short = tempfile.mkstemp(prefix=".r.json.", suffix=".tmp", dir=tmp_path)
+    os.write(handle, (tmp_path / "r.json").read_bytes()[:40])
+    os.close(handle)
+    others = [tmp_path / ".r.json.other.json.tmp", tmp_path / ".other.json.abcdefgh.tmp"]  # not r.json's
+    for other in others:
+        other.write_text("{}")
+    assert finish_abandoned(tmp_path / "r.json", tmp_path / "r.csv", "failed", "t1", "rank 0 died (SIGKILL)")
+    saved = load_run(tmp_path / "r.json")
+    assert (saved.meta["status"], saved.meta["error"]) == ("failed", "rank 0 died (SIGKILL)")
+    assert [row.size_bytes for row in saved.rows] == [1024, 2048]
+    assert sorted(tmp_path.glob(".*.tmp")) == sorted(others)
 
 
 def test_load_run_rejects_other_files(tmp_path):

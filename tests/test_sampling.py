@@ -233,10 +233,13 @@ def test_fixed_iters_turns_adaptation_off(tmp_path):
 def test_memory_guard_refuses_before_allocating(tmp_path):
     result = commbench("--collective", "all_gather_base", "--sizes", "1K,1M", "--max-memory", "256K",
                        "--iters", "2", "--json", str(tmp_path / "r.json"), "--output-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr
+    # the size that fits is measured; the one refused was asked for and not measured: exit 1, naming it
+    assert result.returncode == 1, result.stderr
     # 1 MiB all-gathered over 2 ranks: 512 KiB input + 1 MiB output per rank, and gloo's 1 MiB copy
     assert "refused, not enough memory (--max-memory 256 KiB): 1 MiB needs 2.5 MiB per rank (1.5 MiB of " \
            "buffers + 1 MiB of torch temporaries)" in " ".join(result.stdout.split())
+    assert "asked for but not measured: 1 point (first: all_gather_base float32 at 2 ranks: 1 MiB needs" \
+        in result.stderr
     import json
 
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]

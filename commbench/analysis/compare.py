@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from commbench.analysis.evidence import Change, benjamini_hochberg, estimate_change, geometric_mean
+from commbench.analysis.evidence import (
+    MIN_PASSES_PER_SIDE,
+    Change,
+    benjamini_hochberg,
+    estimate_change,
+    geometric_mean,
+)
 from commbench.core.sizes import format_size
 from commbench.core.words import plural
 from commbench.results.frame import rows_frame
@@ -63,8 +69,13 @@ def side_of(runs: SavedRun | Sequence[SavedRun]) -> Side:
     return Side((runs,) if isinstance(runs, SavedRun) else tuple(runs))
 
 
+def usable_time(value: float | None) -> bool:
+    """Whether a pass's p50 is a time the statistics can use: finite and above 0 µs."""
+    return value is not None and math.isfinite(value) and value > 0
+
+
 def _p50s(rows: list[Row]) -> list[float]:
-    return [row.time_us_p50 for row in rows if row.time_us_p50 is not None]
+    return [row.time_us_p50 for row in rows if usable_time(row.time_us_p50)]
 
 
 @dataclass
@@ -117,6 +128,42 @@ class Pair:
 def pair_passes(base_rows: list[Row], new_rows: list[Row]) -> Pair:
     """A point's pair: the change from the passes that have a time on each side."""
     return Pair(base_rows, new_rows, estimate_change(_p50s(base_rows), _p50s(new_rows)))
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """Why the gate cannot judge a point."""
+
+    reason: str
+    too_few_passes: bool = False  # repeating the runs (--repeat) would make it judgeable
+
+
+def unjudgeable(pair: Pair) -> Unjudged | None:
+    """Why the gate cannot judge this point, or None when it can (or when neither side measured it:
+    rows that hold an error on both sides). A pass whose p50 is not a time (0, infinite, NaN), a side
+    without a time, or a side with fewer passes than the statistics need (MIN_PASSES_PER_SIDE) leaves
+    the point unjudged: the gate fails closed on it."""
+    for side, rows in (("base", pair.base_rows), ("new", pair.new_rows)):
+        for position, row in enumerate(rows, 1):
+            if row.time_us_p50 is not None and not usable_time(row.time_us_p50):
+                return Unjudged(f"{side} pass {position} of {len(rows)} has a p50 of {row.time_us_p50:g} µs")
+    timed = len(_p50s(pair.base_rows)), len(_p50s(pair.new_rows))
+    if timed == (0, 0):
+        return None
+    for side, count, rows in (("base", timed[0], pair.base_rows), ("new", timed[1], pair.new_rows)):
+        if count == 0:
+            return Unjudged(f"{side} has no time ({rows[0].error or 'no p50'})")
+    if min(timed) < MIN_PASSES_PER_SIDE:
+        return Unjudged(f"{plural(timed[0], 'pass')} on the base side and {timed[1]} on the new (at least "
+                        f"{MIN_PASSES_PER_SIDE} a side)", too_few_passes=True)
+    return None
+    for side, count, rows in (("base", timed[0], pair.base_rows), ("new", timed[1], pair.new_rows)):
+        if count == 0:
+            return f"{side} has no time ({rows[0].error or 'no p50'})"
+    if min(timed) < MIN_PASSES_PER_SIDE:
+        return f"{plural(timed[0], 'pass')} on the base side and {timed[1]} on the new (at least " \
+               f"{MIN_PASSES_PER_SIDE} a side)"
+    return None
 
 
 @dataclass
@@ -211,7 +258,7 @@ def _pass_means(points: list[list[Row]], run_of: dict[int, int]) -> list[float]:
     p50s: dict[tuple[int, int], list[float]] = {}
     for rows in points:
         for row in rows:
-            if row.time_us_p50 is not None and row.time_us_p50 > 0:
+            if usable_time(row.time_us_p50):
                 p50s.setdefault((run_of[id(row)], row.repeat), []).append(row.time_us_p50)
     return [mean for values in p50s.values()
             if len(values) == len(points) and (mean := geometric_mean(values)) is not None]

@@ -6,11 +6,14 @@ Benjamini-Hochberg over the comparison's testable points, is at most --significa
 estimate is above t; likewise a collective, its points taken together per pass
 (compare.SeriesChange), adjusted over the comparison's collectives. It also fails when the sides do not
 measure the same points (no rows in common, or rows on one side only): a gate that compared nothing
-passes nothing. Points with one pass on a side are not judged (samples within one pass say nothing of
-the next run): a comparison with no point judged passes and says that repetitions are needed. Without
-a gate a mismatch is a warning on stderr.
+passes nothing. It fails closed on what it cannot judge (compare.unjudgeable): a point with fewer than
+two passes on a side (samples within one pass say nothing of the next run), a pass whose p50 is not a
+time (0, infinite, NaN), a side without a time; and a comparison of which no point was judged. Only a
+caller that asks (``allow_unjudged``) lets such points pass, named as not judged. Without a gate a
+mismatch is a warning on stderr.
 """
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,7 @@ from commbench.analysis.compare import (
     interval_text,
     pair_tables,
     summary_table,
+    unjudgeable,
     unmatched_lines,
 )
 from commbench.analysis.evidence import Change, benjamini_hochberg
@@ -152,13 +156,33 @@ class Verdict:
     """What the gate found over every comparison of one command."""
 
     comparisons: int
+    allow_unjudged: bool = False  # points the gate cannot judge are named but do not fail it
     slowdowns: list[str] = field(default_factory=list)  # the points', then the collectives'
     collectives: int = 0  # of the slowdowns, how many are a collective's points taken together
     mismatches: list[str] = field(default_factory=list)
-    unjudged: list[str] = field(default_factory=list)  # comparisons none of whose points could be judged
+    unjudged: list[str] = field(default_factory=list)  # points it cannot judge, each with the reason
+    too_few_passes: bool = False  # of those, some for want of passes: the hint to repeat applies
+    nothing_judged: list[str] = field(default_factory=list)  # comparisons no point of which was judged
+
+    def judge(self, comparison: RunComparison) -> None:
+        """Note the points of ``comparison`` the gate cannot judge, and whether it judged none."""
+        for pair in comparison.pairs:
+            found = unjudgeable(pair)
+            if found is not None:
+                self.unjudged.append(f"{comparison.new.path}: {describe_point(pair)}: {found.reason}")
+                self.too_few_passes |= found.too_few_passes
+        if comparison.pairs and not comparison.testable():
+            self.nothing_judged.append(str(comparison.new.path))
+
+    def cannot_judge(self) -> bool:
+        return bool(self.unjudged or self.nothing_judged)
 
     def status(self) -> int:
-        return 1 if self.slowdowns or self.mismatches else 0
+        failed = self.slowdowns or self.mismatches or (self.cannot_judge() and not self.allow_unjudged)
+        return 1 if failed else 0
+
+
+SHOWN_UNJUDGED = 10  # points listed on stdout; the count says how many more
 
 
 def gate_verdict(out: Printer, fail_above: float, verdict: Verdict) -> int:
@@ -181,14 +205,32 @@ def gate_verdict(out: Printer, fail_above: float, verdict: Verdict) -> int:
         print(f"commbench: regression gate: {verdict.mismatches[0]}"
               + (f" (and {len(verdict.mismatches) - 1} more comparisons)" if len(verdict.mismatches) > 1
                  else ""), file=sys.stderr)
-    if verdict.unjudged:
-        out.say(f"{gate}: not judged for {', '.join(verdict.unjudged)}: every point has one pass on a side, "
-                f"and samples within one pass say nothing of the next run; {REPEAT_HINT}")
-        print(f"commbench: warning: regression gate: nothing judged for {verdict.unjudged[0]} (one pass per "
-              f"point); {REPEAT_HINT}", file=sys.stderr)
-    if verdict.status() == 0 and len(verdict.unjudged) < verdict.comparisons:
+    if verdict.cannot_judge():
+        _say_unjudged(out, gate, verdict)
+    if verdict.status() == 0 and not verdict.nothing_judged:
         out.say(f"{gate}: passed, no significant slowdown above {fail_above:g}%")
     return verdict.status()
+
+
+def _say_unjudged(out: Printer, gate: str, verdict: Verdict) -> None:
+    """What the gate could not judge: a failure (it fails closed), or with ``allow_unjudged`` a warning."""
+    hint = f"; {REPEAT_HINT}" if verdict.too_few_passes else ""
+    if verdict.unjudged:
+        what = f"{plural(len(verdict.unjudged), 'point')} not judged"
+        first = verdict.unjudged[0]
+    else:
+        what = f"nothing judged for {', '.join(verdict.nothing_judged)} (no point has a time on both sides)"
+        first = verdict.nothing_judged[0]
+    if verdict.allow_unjudged:
+        out.say(f"{gate}: {what}, allowed:")
+    else:
+        out.say(f"{gate}: FAILED, {what}: what the gate cannot judge fails it:")
+    for line in verdict.unjudged[:SHOWN_UNJUDGED]:
+        out.item(line)
+    if len(verdict.unjudged) > SHOWN_UNJUDGED:
+        out.item(f"... and {len(verdict.unjudged) - SHOWN_UNJUDGED} more")
+    kind = "warning: regression gate" if verdict.allow_unjudged else "regression gate: FAILED"
+    print(f"commbench: {kind}: {what} (first: {first}){hint}", file=sys.stderr)
 
 
 def _sides(paths: list[str], base_paths: list[str]) -> tuple[list[SavedRun], list[list[SavedRun]]]:
@@ -214,15 +256,17 @@ def _sides(paths: list[str], base_paths: list[str]) -> tuple[list[SavedRun], lis
 
 
 def compare_command(paths: list[str], fail_above: float | None, significance_level: float,
-                    markdown: bool, base_paths: list[str] | None = None) -> int:
+                    markdown: bool, base_paths: list[str] | None = None, allow_unjudged: bool = False) -> int:
+    """`commbench compare`; with ``fail_above`` the gate, whose status it returns. ``allow_unjudged``
+    lets the points the gate cannot judge pass (named as not judged) instead of failing it."""
     if not 0 < significance_level < 1:
         raise UsageError(f"--significance-level {significance_level:g} must be between 0 and 1")
-    if fail_above is not None and fail_above < 0:
-        raise UsageError(f"--fail-above {fail_above:g} must not be negative")
+    if fail_above is not None and not (math.isfinite(fail_above) and fail_above >= 0):
+        raise UsageError(f"--fail-above {fail_above:g} must be a percentage of 0 or more")
     base, news = _sides(paths, list(base_paths or []))
     check_comparable(base + [run for side in news for run in side])  # fabric compares only with fabric
     out = Printer(markdown)
-    verdict = Verdict(len(news))
+    verdict = Verdict(len(news), allow_unjudged)
     for new in news:
         comparison = compare_runs(base, new, significance_level)
         show_comparison(out, comparison)
@@ -235,6 +279,5 @@ def compare_command(paths: list[str], fail_above: float | None, significance_lev
             found = slowdowns(comparison, fail_above)
             verdict.slowdowns.extend(f"{comparison.new.path}: {each.describe()}" for each in found)
             verdict.collectives += sum(each.collective for each in found)
-            if comparison.pairs and not comparison.testable():
-                verdict.unjudged.append(comparison.new.path)
+            verdict.judge(comparison)
     return 0 if fail_above is None else gate_verdict(out, fail_above, verdict)

@@ -19,13 +19,17 @@ from commbench.config.sweep import parse_list
               help="The false discovery rate over a comparison's points (Benjamini-Hochberg) at which a "
                    "change counts as significant.")
 @click.option("--markdown", is_flag=True, help="Print Markdown tables instead of console tables.")
+@click.option("--allow-unjudged", is_flag=True,
+              help="With --fail-above: let points the gate cannot judge (fewer than two passes a side, a "
+                   "point on one side only) pass, named in a warning, instead of failing the gate.")
 def compare(files: tuple[str, ...], base_files: tuple[str, ...], fail_above: float | None,
-            significance_level: float, markdown: bool) -> int:
+            significance_level: float, markdown: bool, allow_unjudged: bool) -> int:
     """Compare saved runs point by point: each later file against the first, or the files against
     --base. Passes (--repeat) are the evidence: docs/results.md#comparing-runs-commbench-compare."""
     from commbench.analysis.gate import compare_command
 
-    return compare_command(list(files), fail_above, significance_level, markdown, list(base_files))
+    return compare_command(list(files), fail_above, significance_level, markdown, list(base_files),
+                           allow_unjudged)
 
 
 @click.command()

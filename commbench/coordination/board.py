@@ -7,6 +7,8 @@ Files:
   dead-<rank>   the signal's name (``SIGKILL``) of a rank that died by a signal the launcher did not send
   passes        how many supervision passes the launcher has finished; a pass reaps every rank that had
                 exited when it began and writes their deaths before it counts itself
+  results       written by rank 0: its results.json and results.csv, a line each, so that the launcher
+                can record how the run ended when rank 0 could not (killed, or stopped as hung)
 
 A rank that failed waits until ``passes`` has grown by 2 since its own report: the second of those
 passes began after the report, so a rank whose death caused the failure has been named by then, however
@@ -49,6 +51,17 @@ class LauncherBoard:
 
     def record_pass(self, count: int) -> None:
         self._write("passes", str(count))
+
+    def record_results(self, json_path: str | Path, csv_path: str | Path) -> None:
+        self._write("results", f"{Path(json_path).absolute()}\n{Path(csv_path).absolute()}")
+
+    def results(self) -> tuple[Path, Path] | None:
+        """Rank 0's results.json and results.csv, once it has opened them; None before."""
+        try:
+            json_path, csv_path = (self.path / "results").read_text().split("\n")
+        except (OSError, ValueError):
+            return None
+        return Path(json_path), Path(csv_path)
 
     def deaths(self) -> dict[int, str]:
         """rank -> the signal that killed it, as the launcher recorded them."""

@@ -14,6 +14,10 @@ Invariants:
   (startup.py), within their own timeouts.
 - A rank that cannot reach the store in time says so with the timeout, from Python, before torch's
   store client tries (whose own failure logs C++ frames).
+- Every request has a deadline (``Requests``): torch's client waits for the answer to ``add``, ``get``,
+  ``check`` and ``wait`` without bound, whatever the store's timeout, when the host's process is alive
+  but silent (stopped by SIGSTOP or a debugger, hung, swapped out). A request runs on a thread of the
+  rank's own, and one unanswered within ``answer_bound(--timeout)`` makes the store lost for good.
 
 Keys (under a per-attempt prefix):
   joined/<r>, joined, joined/outcome      process-group start ("all", or the ranks missing)
@@ -30,7 +34,9 @@ other launchers a rank that died without a word is named as one that did not rep
 A step's key holds its signature (what is measured, with the op counts), so ranks whose sweeps diverge
 wait at different keys and the timeout says which rank is where, instead of hanging in a collective.
 """
+import queue
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +62,15 @@ _LINGER_S = 2.0  # how long the store's host waits, at most, for the others to f
 # so this only bounds a request to a store that stopped answering; a tiny --timeout must not make the
 # store's first connection (the host's to itself) time out.
 STORE_REQUEST_FLOOR_S = 30.0
+# A request is answered within milliseconds by a live host. One unanswered for --timeout, and at least
+# this long (a loaded host can pause a process for seconds), means the host stopped answering.
+STORE_ANSWER_FLOOR_S = 10.0
+
+
+def answer_bound(timeout_s: float) -> float:
+    """How long a rank waits for the store to answer one request: --timeout, at least
+    STORE_ANSWER_FLOOR_S."""
+    return max(timeout_s, STORE_ANSWER_FLOOR_S)
 
 
 def key_prefix(attempt: str) -> str:
@@ -92,27 +107,81 @@ class Rendezvous:
         return f"{self.master_addr}:{self.master_port} (hosted by {host})"
 
     @property
+    def host(self) -> str:
+        """Who serves the store, for messages."""
+        return "the launcher" if self.launcher_hosts_store else "rank 0"
+
+    @property
     def hosts_store(self) -> bool:
         return self.rank == 0 and not self.launcher_hosts_store
+
+
+class Unanswered(Exception):
+    """A store request got no answer within its bound: the store's host is alive but silent."""
+
+
+class Requests:
+    """Store requests with a deadline each. torch's client blocks in a receive that nothing bounds when
+    the host is silent, so each request runs on a daemon thread of its own and the caller waits for it
+    at most ``bound_s``. A request left unanswered keeps that thread (it is never joined: a process exits
+    with it still blocked), and every later request is Unanswered at once: the client is stuck, and a
+    host that did not answer one request in that long is not to be waited for again."""
+
+    def __init__(self, bound_s: float) -> None:
+        self.bound_s = bound_s
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stuck: str | None = None  # the request that got no answer
+
+    def call(self, what: str, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` on the requests' thread: its result or its exception; Unanswered after
+        ``bound_s``. ``what`` names the request for the message."""
+        if self._stuck is not None:
+            raise Unanswered(f"no answer to {self._stuck} within {self.bound_s:g} s")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="commbench-store", daemon=True)
+            self._thread.start()
+        answered = threading.Event()
+        outcome: list[Any] = []
+        self._pending.put((function, args, answered, outcome))
+        if not answered.wait(self.bound_s):
+            self._stuck = what
+            raise Unanswered(f"no answer to {what} within {self.bound_s:g} s")
+        result, error = outcome
+        if error is not None:
+            raise error
+        return result
+
+    def _serve(self) -> None:
+        while True:
+            function, args, answered, outcome = self._pending.get()
+            try:
+                outcome[:] = [function(*args), None]
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
+                outcome[:] = [None, exc]
+            answered.set()
 
 
 # --- the connection ---------------------------------------------------------------------------------
 def connect(rendezvous: Rendezvous, timeout_s: float) -> Any:
     """The rendezvous TCPStore: rank 0 hosts it unless a launcher (torchrun's agent) already does; the
-    others wait until it listens. RunError, in words that fit what happened, when it cannot be opened
-    or reached within ``timeout_s``.
+    others wait until it listens, then connect with a deadline (a host that accepts the connection but
+    never answers its handshake is then Unanswered, not a hang). RunError, in words that fit what
+    happened, when it cannot be opened or reached within ``timeout_s``.
 
     The host does not wait for the others here: Coordinator.join does, and names who is missing.
     """
     host, port = rendezvous.master_addr, rendezvous.master_port
     timeout = timedelta(seconds=max(timeout_s, STORE_REQUEST_FLOOR_S))
+    requests = Requests(answer_bound(timeout_s))
     try:
         if rendezvous.hosts_store:
             return dist.TCPStore(host, port, rendezvous.world_size, True, timeout, wait_for_workers=False,
                                  multi_tenant=True)
         wait_for_listener(host, port, timeout_s)
-        return dist.TCPStore(host, port, rendezvous.world_size, False, timeout)
-    except (dist.DistError, OSError) as exc:
+        return requests.call("the connection", dist.TCPStore, host, port, rendezvous.world_size, False,
+                             timeout)
+    except (dist.DistError, OSError, Unanswered) as exc:
         raise RunError(_store_failure(rendezvous, exc, timeout_s)) from None
 
 
@@ -147,6 +216,9 @@ def _store_failure(rendezvous: Rendezvous, exc: BaseException, timeout_s: float)
         return f"rank {rank} could not open the rendezvous store at {where}: {why} ({detail})"
     why = (f"its host did not start within {timeout_s:g} s (--timeout), or MASTER_ADDR/MASTER_PORT point "
            "elsewhere")
+    if isinstance(exc, Unanswered):
+        return (f"rank {rank} reached the rendezvous store at {where} but got {detail}: "
+                f"{rendezvous.host} is stopped, hung or overloaded")
     said = "" if isinstance(exc, TimeoutError) else f" ({detail})"  # ours says no more than the above
     return f"rank {rank} could not reach the rendezvous store at {where}: {why}{said}"
 
@@ -165,6 +237,7 @@ class Coordinator:
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, store_where: str,
                  hosts_store: bool = False, board: LauncherBoard | None = None) -> None:
         self._store = store
+        self._requests = Requests(answer_bound(timeout_s))  # each request with its deadline
         self._board = board  # a local launcher's board (deaths, passes); None under other launchers
         self.hosts_store = hosts_store  # this rank's process serves the store: it goes when we exit
         self.rank = rank
@@ -185,13 +258,18 @@ class Coordinator:
     # --- store access -------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> Any:
         """Every request of the check-ins, and so the one place a request gets its bound: a store that
-        stopped answering is StoreLost, naming where it was."""
+        stopped answering (its connection closed, or no answer within the bound) is StoreLost, naming
+        where it was."""
         try:
-            return getattr(self._store, method)(*args)
+            what = " ".join([method, *map(repr, args[:1])])  # "add 'trouble'"
+            return self._requests.call(what, getattr(self._store, method), *args)
         except dist.DistError as exc:
             detail = brief(exc)
             raise StoreLost(f"rank {self.rank} lost the rendezvous store at {self.store_where}, so its "
                             f"host is down or unreachable ({detail})") from exc
+        except Unanswered as exc:
+            raise StoreLost(f"rank {self.rank} got {exc} from the rendezvous store at {self.store_where}: "
+                            "its host is stopped, hung or overloaded") from None
 
     def _has(self, key: str) -> bool:
         return bool(self._call("check", [key]))
@@ -321,16 +399,26 @@ class Coordinator:
 
     def trouble(self) -> str | None:
         """What is known of a failed or dead rank once any has been reported, else None (one store call:
-        waits on collectives ask this now and then)."""
-        if not self._troubled():
-            return None
-        return self.peer_accounts() or "another rank failed"
+        waits on collectives ask this now and then). A store that stopped answering is itself the
+        trouble: its host (rank 0, whose process serves it) is gone or silent."""
+        try:
+            if not self._troubled():
+                return None
+            return self.peer_accounts() or "another rank failed"
+        except StoreLost as exc:
+            return str(exc)
 
     # --- steps --------------------------------------------------------------------------------
     def check_in(self, label: str, signature: str, stop_signal: int = 0) -> int:
         """Arrive at the next step and wait for every rank; return the stop signal any rank asked for
         (0: go on). A rank asks by passing its signal here, before it arrives, so every rank reads
-        the same answer once all have arrived."""
+        the same answer once all have arrived. A lost store is said with the step's label."""
+        try:
+            return self._check_in(label, signature, stop_signal)
+        except StoreLost as exc:
+            raise StoreLost(f"{label}: {exc}") from None
+
+    def _check_in(self, label: str, signature: str, stop_signal: int) -> int:
         self._step += 1
         step_key = f"step/{self._step}/{signature}"
         deadline = time.monotonic() + self.timeout_s

@@ -2,8 +2,14 @@
 durations 90s, 10m, 1h30m, 2h.
 
 K, M and G are powers of 1024 (KiB, MiB, GiB); a trailing B or iB is accepted.
+
+Limits (docs/limits.md), checked here before anything is planned: a size is at most MAX_SIZE_BYTES (a
+size beyond any machine's memory is a typo, and one beyond 2^63 bytes overflows every count computed
+from it), and a list or range holds at most MAX_SIZES sizes (a range is counted before it is built:
+1:1T:+1 is a trillion sizes).
 """
 
+import math
 import re
 from fractions import Fraction
 
@@ -11,20 +17,29 @@ from commbench.errors import UsageError
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+MAX_SIZE_BYTES = 1024**5  # more than any host or device holds
+MAX_SIZE_TEXT = "1 PiB"
+MAX_SIZES = 10_000  # sizes in one --sizes list or range
 
 
 def parse_size(text: str) -> int:
-    """One size in bytes: '4096', '64K', '1.5M', '1GiB'."""
+    """One size in bytes: '4096', '64K', '1.5M', '1GiB'; at most MAX_SIZE_BYTES."""
     match = _SIZE_RE.match(text)
     if not match:
         raise UsageError(f"malformed size {text!r}: expected bytes such as 4096, 64K, 1M or 1G")
     number, unit = match.groups()
+    if len(number.split(".")[0].lstrip("0")) > 20:  # beyond the limit whatever the unit
+        raise UsageError(f"size {text[:40]!r} is above the largest size commbench measures, "
+                         f"{MAX_SIZE_TEXT} (docs/limits.md)")
     try:
         value = Fraction(number) * _UNITS[unit.upper()]  # exact: a float turns 400 digits into infinity
-    except ValueError:  # more digits than Python makes a number of
+    except ValueError:  # more digits than Python makes a number of (after a fraction's dot)
         raise UsageError(f"size {text[:24]!r}...: too many digits") from None
     if value.denominator != 1:
         raise UsageError(f"size {text!r} is not a whole number of bytes")
+    if value > MAX_SIZE_BYTES:
+        raise UsageError(f"size {text!r} is above the largest size commbench measures, "
+                         f"{MAX_SIZE_TEXT} (docs/limits.md)")
     return int(value)
 
 
@@ -35,10 +50,19 @@ def parse_sizes(spec: str) -> list[int]:
         raise UsageError("empty --sizes: give a size such as 1M, a list 1K,4K or a range 1K:1G")
     if ":" in spec:
         return _parse_range(spec)
-    sizes = [parse_size(part) for part in spec.split(",") if part.strip()]
+    parts = [part for part in spec.split(",") if part.strip()]
+    _check_count(len(parts), spec)
+    sizes = [parse_size(part) for part in parts]
     if not sizes:
         raise UsageError(f"malformed sizes {spec!r}")
     return sizes
+
+
+def _check_count(count: int, spec: str) -> None:
+    if count > MAX_SIZES:
+        shown = spec if len(spec) <= 40 else spec[:37] + "..."
+        raise UsageError(f"--sizes {shown!r} holds {count:,} sizes, more than the {MAX_SIZES:,} one run "
+                         "measures: use a coarser step (x2, +1M) or fewer sizes (docs/limits.md)")
 
 
 def _parse_range(spec: str) -> list[int]:
@@ -54,10 +78,13 @@ def _parse_range(spec: str) -> list[int]:
             factor = float(step[1:])
         except ValueError:
             raise UsageError(f"malformed size factor {step!r} in {spec!r}: expected x2, x4, ...") from None
+        if not math.isfinite(factor):
+            raise UsageError(f"size factor {step!r} in {spec!r} must be a finite number above 1")
         if factor <= 1:
             raise UsageError(f"size factor {step!r} in {spec!r} must be above 1")
         if low == 0:
             raise UsageError(f"size range {spec!r} starts at 0 and cannot grow by a factor")
+        _check_count(math.floor(math.log(high / low) / math.log(factor) + 1e-9) + 1, spec)
         sizes, size = [], float(low)
         while size <= high * (1 + 1e-12):
             sizes.append(int(round(size)))
@@ -67,6 +94,7 @@ def _parse_range(spec: str) -> list[int]:
         increment = parse_size(step[1:])
         if increment <= 0:
             raise UsageError(f"size step {step!r} in {spec!r} must be above 0")
+        _check_count((high - low) // increment + 1, spec)
         return list(range(low, high + 1, increment))
     raise UsageError(f"malformed size step {step!r} in {spec!r}: expected xFACTOR (x2) or +STEP (+8M)")
 

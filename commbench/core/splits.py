@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from commbench.core.sizes import parse_size, readable_size
+from commbench.core.sizes import MAX_SIZE_BYTES, MAX_SIZE_TEXT, parse_size, readable_size
 from commbench.core.untrusted import CONFIG_BYTES, parse_yaml, present, read_text, shown
 from commbench.core.words import plural
 from commbench.errors import UsageError
@@ -125,14 +125,18 @@ def _entry(path: Path, i: int, j: int, cell: object) -> int:
     elif isinstance(cell, str):
         try:
             value = parse_size(cell)
-        except UsageError:
+        except UsageError as exc:
+            if "above the largest size" in str(exc):
+                raise UsageError(f"{where} = {shown(cell)} is above the largest size commbench measures, "
+                                 f"{MAX_SIZE_TEXT} (docs/limits.md)") from None
             raise UsageError(f"{where} = {shown(cell)} is not a byte count (e.g. 4096 or 4K)") from None
     else:
         raise UsageError(f"{where} = {shown(cell)} is not a byte count")
     if value < 0:
         raise UsageError(f"{where} = {value} is negative")
-    if value >= 1 << 63:
-        raise UsageError(f"{where} = {shown(value)} is beyond a byte count's 2^63 - 1")
+    if value > MAX_SIZE_BYTES:
+        raise UsageError(f"{where} = {shown(value)} is above the largest size commbench measures, "
+                         f"{MAX_SIZE_TEXT} (docs/limits.md)")
     return value
 
 

@@ -21,6 +21,8 @@ from commbench.core.words import plural
 from commbench.measure.collectives import REGISTRY, Collective, Layout, placements_for
 from commbench.measure.impls import REFERENCE_IMPL, impls_for
 
+TENSOR_BYTES_LIMIT = 2**63  # what torch counts a tensor's bytes in: a need this large is refused
+
 
 class DeviceChoice(Protocol):
     device: str | None
@@ -105,7 +107,10 @@ def memory_need(collective: Collective, size: PlannedSize, limits: SizeLimits) -
                           torch_dtype(limits.dtype), torch.device(device), chunk_counts=size.chunk_counts,
                           pair_counts=size.pair_counts)
 
-        buffers = sum(tensor.nbytes for tensor in collective.build(layout("meta")).tensors())
+        try:
+            buffers = sum(tensor.nbytes for tensor in collective.build(layout("meta")).tensors())
+        except RuntimeError:  # "Storage size calculation overflowed": more bytes than a tensor holds
+            return MemoryNeed(TENSOR_BYTES_LIMIT, 0)
         temporary = collective.temporary(layout(limits.device))
         return MemoryNeed(buffers * limits.copies + limits.beside, temporary)
 
@@ -122,9 +127,25 @@ def buffer_bytes(collective: Collective, size: PlannedSize, world_size: int, roo
     return memory_need(collective, size, SizeLimits(world_size, dtype, root)).buffers
 
 
+@dataclass(frozen=True)
+class SizesPlanned:
+    """A collective's sizes within its limits: those it runs, the notes on what changed, and the sizes
+    the memory budget refused, each with what it needs ('64 GiB needs 64 GiB per rank (...)')."""
+
+    planned: list[PlannedSize]
+    notes: list[str]
+    refused: list[str]
+
+
 def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
                ) -> tuple[list[PlannedSize], list[str]]:
-    """The sizes a collective can run within ``limits``, and notes on what changed.
+    """The sizes a collective can run within ``limits``, and notes on what changed (size_plan)."""
+    found = size_plan(collective, sizes, limits)
+    return found.planned, found.notes
+
+
+def size_plan(collective: Collective, sizes: list[int], limits: SizeLimits) -> SizesPlanned:
+    """The sizes a collective can run within ``limits``, notes on what changed, and what was refused.
 
     A size is rounded down to whole elements in each rank's chunk; one too small for a single element
     per rank is skipped; two requests that round to the same size run once; one whose buffers and
@@ -133,7 +154,7 @@ def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
     come from its splits: a splits file fixes them (one size, whatever --sizes says).
     """
     if not collective.sized:
-        return [PlannedSize(0, 0, 0)], []
+        return SizesPlanned([PlannedSize(0, 0, 0)], [], [])
     if collective.uneven is not None:
         return _plan_uneven(collective, sizes, limits)
     elem = element_size(limits.dtype)
@@ -164,7 +185,7 @@ def plan_sizes(collective: Collective, sizes: list[int], limits: SizeLimits
     if merged:
         notes.append(f"{where}: {', '.join(merged)} rounded onto a size already measured")
     notes.extend(_refusal_notes(where, limits.budget, refused))
-    return planned, notes
+    return SizesPlanned(planned, notes, refused)
 
 
 def _where(collective: Collective, limits: SizeLimits) -> str:
@@ -199,8 +220,7 @@ def _refusal_notes(where: str, budget: MemoryBudget | None, refused: list[str]) 
     return [f"{where}: refused, not enough memory ({budget.describe()}{hint}): {', '.join(refused)}"]
 
 
-def _plan_uneven(collective: Collective, sizes: list[int], limits: SizeLimits
-                 ) -> tuple[list[PlannedSize], list[str]]:
+def _plan_uneven(collective: Collective, sizes: list[int], limits: SizeLimits) -> SizesPlanned:
     elem = element_size(limits.dtype)
     splits = limits.splits or parse_splits(DEFAULT_SPLITS)
     planned: list[PlannedSize] = []
@@ -229,7 +249,7 @@ def _plan_uneven(collective: Collective, sizes: list[int], limits: SizeLimits
     if skipped:
         notes.append(f"{where}: skipped sizes too small for {splits.text}: {', '.join(skipped)}")
     notes.extend(_refusal_notes(where, limits.budget, refused))
-    return planned, notes
+    return SizesPlanned(planned, notes, refused)
 
 
 @dataclass(frozen=True)
@@ -244,6 +264,8 @@ class TablePlan:
     placement: str = ""
     modes: tuple[str, ...] = ("sync",)
     impl: str = REFERENCE_IMPL  # the implementation (measure.impls) the table's ops run by
+    refused: tuple[str, ...] = ()  # sizes the memory budget refused: 'all_reduce float32 at 2 ranks: 64
+    # GiB needs 64 GiB per rank (64 GiB of buffers)'
 
     def step_count(self) -> int:
         """The (size, mode) points this table measures."""
@@ -272,13 +294,16 @@ def plan_tables(config: SweepRequest, world_size: int, available: MemoryBudget |
             limits = SizeLimits(world_size, dtype, config.root, splits, budget,
                                 config.launch.device or "cpu", copies=config.buffer_copies(),
                                 beside=matmul_bytes(config.with_compute, dtype))
-            planned, size_notes = plan_sizes(collective, config.sizes, limits)
-            notes.extend(size_notes)
+            found = size_plan(collective, config.sizes, limits)
+            planned = found.planned
+            notes.extend(found.notes)
+            refused = tuple(f"{_where(collective, limits)}: {refusal}, beyond the memory budget "
+                            f"({budget.describe() if budget else ''})" for refusal in found.refused)
             if "async" in modes:
                 notes.extend(_window_notes(_where(collective, limits), planned, config, budget))
             for op in config.ops if collective.reduces else [""]:
                 for placement in placements_for(collective, config.placements):
-                    tables.extend(TablePlan(collective, dtype, op, planned, placement, modes, impl)
+                    tables.extend(TablePlan(collective, dtype, op, planned, placement, modes, impl, refused)
                                   for impl in impls_for(name, config.impls))
     return tables, notes
 

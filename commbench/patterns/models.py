@@ -33,6 +33,9 @@ from commbench.core.words import plural
 from commbench.errors import UsageError, did_you_mean
 
 _UNIT_KEYS = ("name", "params", "repeat", "root")
+# A model has at most this many units, repeats included (docs/limits.md): the largest published models
+# have a few hundred layers, and every unit is planned, built and issued each step.
+MAX_UNITS = 4096
 _TOP_KEYS = ("name", "description", "dims", "units")
 _DIM_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "context", "experts", "top_k")
 _REQUIRED_DIMS = ("hidden", "layers", "heads", "ffn", "vocab", "context")
@@ -167,7 +170,7 @@ def parse_model(document: Any, source: str, default_name: str = "model") -> Mode
         raise UsageError(f"{source}: 'units' must be a non-empty list of units")
     units: list[UnitSpec] = []
     for position, raw in enumerate(units_raw):
-        units.extend(_parse_unit(raw, f"{source}: units[{position}]"))
+        units.extend(_parse_unit(raw, f"{source}: units[{position}]", MAX_UNITS - len(units)))
     seen: set[str] = set()
     for unit in units:
         if unit.name in seen:
@@ -203,7 +206,8 @@ def _parse_dims(raw: Any, source: str, layer_count: int) -> ModelDims:
     return dims
 
 
-def _parse_unit(raw: Any, where: str) -> list[UnitSpec]:
+def _parse_unit(raw: Any, where: str, room: int) -> list[UnitSpec]:
+    """A unit entry as its units (``repeat`` makes several); UsageError past ``room`` more units."""
     if not isinstance(raw, dict):
         raise UsageError(f"{where}: expected a mapping with 'name' and 'params', got {_kind(raw)}")
     _no_unknown_keys(raw, _UNIT_KEYS, where)
@@ -220,10 +224,13 @@ def _parse_unit(raw: Any, where: str) -> list[UnitSpec]:
         raise UsageError(f"{where}: 'root' must be true or false, got {shown(root)}")
     if root and repeat is not None:
         raise UsageError(f"{where}: a root unit cannot repeat")
+    if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1):
+        raise UsageError(f"{where}: 'repeat' must be a whole number of at least 1, got {shown(repeat)}")
+    if (1 if repeat is None else repeat) > room:
+        raise UsageError(f"{where}: 'repeat: {repeat}' makes the model more than {MAX_UNITS} units, the most "
+                         "commbench plans (docs/limits.md)")
     if repeat is None:
         return [UnitSpec(name.strip(), params, root=root)]
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise UsageError(f"{where}: 'repeat' must be a whole number of at least 1, got {shown(repeat)}")
     return [UnitSpec(f"{name.strip()}{index}", params, layer=True) for index in range(repeat)]
 
 

@@ -42,9 +42,20 @@ class ReplayConfig:
         can be placed on the ranks it spawns, and each rank on the world it finds."""
 
 
+# The most operations a rank replays (docs/limits.md): each is a step of every pass, with buffers and a
+# timer slot; a recording with more is cut to a window (--select) first.
+MAX_REPLAY_OPS = 100_000
+
+
 def load_selected(config: ReplayConfig) -> Trace:
     """The recording the config names, cut to its window and validated across ranks."""
-    return validate(select(load_trace(config.traces), parse_selection(config.select)))
+    trace = select(load_trace(config.traces), parse_selection(config.select))
+    busiest = max(trace.ops, key=lambda rank: len(trace.ops[rank]), default=None)
+    if busiest is not None and len(trace.ops[busiest]) > MAX_REPLAY_OPS:
+        raise UsageError(f"rank {busiest}'s recording holds {len(trace.ops[busiest]):,} operations in the "
+                         f"window, more than the {MAX_REPLAY_OPS:,} a replay runs: choose a window with "
+                         "--select seq:A-B or last:N (docs/limits.md)")
+    return validate(trace)
 
 
 def resolve_replay(config: ReplayConfig) -> ReplayConfig:

@@ -23,6 +23,7 @@ from commbench.core.sizes import format_size
 from commbench.errors import RunError, Terminated, UsageError, brief
 from commbench.measure.check import compare
 from commbench.measure.collectives import REGISTRY, Buffers, Layout
+from commbench.measure.planning import TENSOR_BYTES_LIMIT
 from commbench.measure.timing import Timer, make_timer
 from commbench.measure.values import CheckValues
 from commbench.replay.mapping import ReplayOp, ReplayPlan
@@ -103,6 +104,26 @@ def _flat_buffers(op: ReplayOp, layout: Layout) -> Buffers:
         return Buffers(tensor, None, send_peer=op.peer) if op.sends else \
             Buffers(None, tensor, recv_peer=op.peer)
     return REGISTRY[op.collective].build(layout)
+
+
+def buffer_need(plan: ReplayPlan, rank: int) -> int:
+    """The bytes of the buffers ``prepare`` would allocate on ``rank`` (one set per row key, shape and
+    side), from builds on torch's meta device: nothing is allocated to find out."""
+    meta = torch.device("meta")
+    seen: set[tuple] = set()
+    total = 0
+    for op in plan.ops[rank]:
+        cache_key = (*op.key, op.shape, op.sends)
+        if cache_key in seen:
+            continue
+        seen.add(cache_key)
+        members = plan.group(op.group).members if op.group else ()
+        layout = _layout(op, rank, members, plan.world_size, meta)
+        try:
+            total += sum(tensor.nbytes for tensor in _flat_buffers(op, layout).tensors())
+        except RuntimeError:  # "Storage size calculation overflowed": more than a tensor can hold
+            return TENSOR_BYTES_LIMIT
+    return total
 
 
 def prepare(plan: ReplayPlan, rank: int, backend: Backend, handles: dict[str, object]) -> list[Step]:

@@ -5,10 +5,11 @@ times into rows."""
 import hashlib
 
 from commbench.backends.base import Backend
+from commbench.core.devices import MemoryBudget, approximate_bytes
 from commbench.core.words import plural
 from commbench.errors import RunError, UsageError, brief
 from commbench.replay.config import ReplayConfig, load_selected, mapped_plan
-from commbench.replay.execute import check_pass, prepare, time_passes
+from commbench.replay.execute import buffer_need, check_pass, prepare, time_passes
 from commbench.replay.mapping import ReplayPlan
 from commbench.replay.model import Trace
 from commbench.replay.record import record_pass
@@ -47,14 +48,27 @@ def _create_groups(backend: Backend, plan: ReplayPlan) -> dict[str, object]:
     return found
 
 
+def check_memory(needs: list[int], budget: MemoryBudget | None) -> None:
+    """UsageError when a rank's buffers (``needs``, by rank: every rank's, so that every rank says the
+    same) would exceed the memory budget the ranks agreed on, the same a sweep's sizes are refused
+    against; checked before any buffer is allocated."""
+    if budget is None or not needs:
+        return
+    rank = max(range(len(needs)), key=lambda index: needs[index])
+    if needs[rank] > budget.limit:
+        raise UsageError(f"the replay needs {approximate_bytes(needs[rank])} of buffers on rank {rank}, more "
+                         f"than the memory budget ({budget.describe()}; docs/limits.md)")
+
+
 def run_replay(configs: list[ReplayConfig], backend: Backend, output: Output, session: Session) -> list[Row]:
     """One rank's replay: the plan, the groups, the passes, then every rank's times -> rows (the same
-    rows on every rank; rank 0's output writes and prints them). Of the ``session`` it takes nothing:
-    a replay makes its own groups."""
+    rows on every rank; rank 0's output writes and prints them). Of the ``session`` it takes the memory
+    budget: a replay makes its own groups."""
     (config,) = configs
     trace = load_selected(config)
     _agree(backend, trace)
     plan = mapped_plan(trace, backend.world_size)
+    check_memory(backend.all_gather_object(buffer_need(plan, backend.rank)), session.memory)
     steps = prepare(plan, backend.rank, backend, _create_groups(backend, plan))
     times = time_passes(steps, backend, config.warmup, config.iters, config.keep_gaps)
     if config.check:

@@ -9,6 +9,7 @@ which import torch themselves (seconds each).
 
 import importlib
 import os
+import resource
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,11 +36,34 @@ def deferred(module: str, name: str, **bound: Any) -> "Work":
     return work
 
 
+# Local ranks per CPU core the spawner starts at most: beyond, a rank spends the run waiting for a core
+# (a run of 32 ranks on 2 cores already needed 64 s for a failed rank's peers to exit).
+MAX_RANKS_PER_CORE = 16
+# Threads one rank runs (Python, torch's pools, gloo's transport, the store's requests): RLIMIT_NPROC
+# counts threads, so a spawn that would need more than the limit allows is refused before it starts.
+THREADS_PER_RANK = 16
+
+
+def check_local_ranks(nproc: int, device: str) -> None:
+    """UsageError, before any rank starts, when ``nproc`` local ranks are more than this machine runs:
+    on CPU, more than MAX_RANKS_PER_CORE per core; anywhere, more threads than the process limit allows
+    (a spawn past it fails part way and leaves ranks behind)."""
+    cores = len(os.sched_getaffinity(0))
+    if device != "cuda" and nproc > MAX_RANKS_PER_CORE * cores:
+        raise UsageError(f"--nproc {nproc}: at most {MAX_RANKS_PER_CORE * cores} local ranks on {cores} CPU "
+                         f"cores ({MAX_RANKS_PER_CORE} per core; docs/limits.md)")
+    threads, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if threads != resource.RLIM_INFINITY and nproc * THREADS_PER_RANK > threads:
+        raise UsageError(f"--nproc {nproc}: {nproc} ranks run about {nproc * THREADS_PER_RANK} threads, more "
+                         f"than the process limit of {threads} (ulimit -u; docs/limits.md)")
+
+
 def check_local_launch(benchmarks: Sequence[Benchmark]) -> None:
     """What the spawner can check before starting ranks."""
     setup = benchmarks[0].launch
     for benchmark in benchmarks:
         benchmark.check_world(setup.nproc)
+    check_local_ranks(setup.nproc, setup.device or "cpu")
     if setup.device == "cuda":
         import torch
 
@@ -137,6 +161,7 @@ def launch_list(setup: LaunchConfig, environ: Mapping[str, str] | None = None) -
             import torch
 
             nproc = min(nproc, torch.cuda.device_count())
+        check_local_ranks(nproc, setup.device or "cpu")
         return spawn_local(setup.argv, nproc)
     from commbench.running.probe import print_support, probe_all
     from commbench.running.rank import start_backend

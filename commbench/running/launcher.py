@@ -21,6 +21,8 @@ class RankInfo:
     master_port: int | None
 
 
+MAX_PORT = 65535
+
 # (launcher, rank, world size) variable names, in order of precedence. The local rank has its own order
 # (devices.LOCAL_RANK_VARIABLES): one launcher may set the rank and another the local rank (Cray MPICH
 # under srun sets PMI_RANK and SLURM_LOCALID, no MPI_LOCALRANKID).
@@ -70,5 +72,7 @@ def detect(env: Mapping[str, str], backend: str | None = None) -> RankInfo | Non
             raise UsageError(f"launched by {launcher} ({rank_var} is set) but {missing} {verb} not: export "
                              "MASTER_ADDR=<host of rank 0> MASTER_PORT=<free port>, e.g. 29500")
         port = _int_variable(env, "MASTER_PORT") if master_port else None
+        if port is not None and not 1 <= port <= MAX_PORT:
+            raise UsageError(f"MASTER_PORT={master_port} is not a TCP port (1 to {MAX_PORT})")
         return RankInfo(rank, world_size, local_rank, launcher, master_addr, port)
     return None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.backends.base import Backend
 from commbench.backends.paths import torchcomms_place
 from commbench.config.launch import Benchmark, LaunchConfig
-from commbench.coordination import BOARD_ENV, CheckInFailed
+from commbench.coordination import BOARD_ENV, CheckInFailed, LauncherBoard
 from commbench.core import devices
 from commbench.core.devices import MemoryBudget
 from commbench.core.groups import GroupPlan, split_by_hosts, split_world, world_plan
@@ -34,7 +34,8 @@ from commbench.running.launcher import RankInfo
 from commbench.running.provenance import RunProvenance
 from commbench.running.rank_sets import RankSets, join_groups
 from commbench.running.recording import Recording, build_meta, make_run_id, run_directory
-from commbench.running.runner import Session, sweep_failure
+from commbench.running.runner import Session, not_measured, sweep_failure
+from commbench.writers.console import output_closed
 from commbench.writers.output import NullOutput, Output
 
 if TYPE_CHECKING:
@@ -189,7 +190,11 @@ class StopRequests:
         self.signum = signum
 
     def requested(self) -> int:
+        """The signal a user sent this rank (0: none). A closed stdout (`commbench ... | head`) asks
+        as SIGPIPE would, had Python not set it aside: the ranks stop together, the files whole."""
         self.polled = True
+        if not self.signum and output_closed():
+            self.signum = signal.SIGPIPE
         return self.signum
 
 
@@ -233,6 +238,10 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
                 meta.hardware = hardware
                 meta.memory = {"start": [memory for _, _, memory in met]}
                 recording = Recording(meta, setup)
+                if info.launcher == "local" and environ.get(BOARD_ENV):
+                    # the launcher settles the files should this process die before it can
+                    LauncherBoard(environ[BOARD_ENV]).record_results(recording.writer.json_path,
+                                                                     recording.writer.csv_path)
                 recording.note(hardware_summary(hardware))
             members = [list(ranks) for ranks in plan.members]
             context = provenance.start_rows(backend, hostnames, members, recording)
@@ -248,7 +257,7 @@ def run_rank(benchmarks: list[Benchmark], info: RankInfo, environ: Mapping[str, 
     # Rows that failed or held wrong values were all measured and kept; the run then exits 1.
     failure = sweep_failure(rows)
     below = provenance.finish(rows, recording)
-    failure = "; ".join(text for text in (failure, below) if text) or None
+    failure = "; ".join(text for text in (failure, not_measured(session.unmeasured), below) if text) or None
     if recording is not None:
         recording.finish("failed" if failure else "complete", failure)
         recording.show_files()
@@ -266,7 +275,8 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
     if isinstance(exc, Terminated | KeyboardInterrupt):
         signum = exc.exit_code - 128 if isinstance(exc, Terminated) else signal.SIGINT
         if recording is not None:
-            recording.interrupted(signal.Signals(signum).name)
+            closed = " (stdout was closed)" if signum == signal.SIGPIPE else ""
+            recording.interrupted(signal.Signals(signum).name + closed)
         backend.abort()  # a collective may still wait on the device for a peer that stopped
         return exc
     if isinstance(exc, UsageError):

@@ -1,7 +1,9 @@
 """Rank 0's record of a run: its metadata, its files and its console.
 
 ``Recording`` is the Output rank 0 measures into: every row goes to the files the moment it arrives
-(results.ResultWriter: CSV appended and fsynced, JSON rewritten atomically), then to the console reporter;
+(results.ResultWriter: CSV appended and fsynced, JSON rewritten atomically), then to the console reporter
+(whose output, once its reader goes away, `| head`, is dropped: the files matter more, and the ranks
+stop at the next size, writers.console.output_closed);
 each finished table's α-β fits go to both. ``finish`` records how the run ended (complete, failed,
 interrupted) so a reader of results.json always knows.
 """
@@ -27,6 +29,7 @@ from commbench.results.columns import RowBlock, RowColumns
 from commbench.results.fit import SeriesFit, fit_rows
 from commbench.results.kinds import kind_named
 from commbench.results.model import Row, RunMeta
+from commbench.writers.console import unless_output_closed
 from commbench.writers.files import ResultWriter
 from commbench.writers.formats import Reporter, make_reporter
 
@@ -102,20 +105,24 @@ class Recording:
 
     def __init__(self, meta: RunMeta, setup: LaunchConfig) -> None:
         self.reporter: Reporter = make_reporter(setup)
-        self.reporter.header(meta)
+        with unless_output_closed():
+            self.reporter.header(meta)
         csv_path, json_path = result_paths(setup, meta.run_id)
         self.writer = ResultWriter(meta, csv_path, json_path)
         self.table_rows = RowColumns()  # the rows of the table being measured
         self.explained: dict[tuple, dict[str, Any]] = {}  # results.json's explain.series: each series' latest
 
     def note(self, text: str) -> None:
-        self.reporter.note(text)
+        with unless_output_closed():
+            self.reporter.note(text)
 
     def plan(self, steps: int) -> None:
-        self.reporter.plan(steps)
+        with unless_output_closed():
+            self.reporter.plan(steps)
 
     def working(self, text: str) -> None:
-        self.reporter.working(text)
+        with unless_output_closed():
+            self.reporter.working(text)
 
     def row(self, row: Row) -> None:
         self.writer.add(row)
@@ -129,8 +136,9 @@ class Recording:
 
     def _shown(self, rows: Iterable[Row]) -> None:
         for row in rows:
-            self.reporter.row(row)
-            self.reporter.advance()
+            with unless_output_closed():
+                self.reporter.row(row)
+                self.reporter.advance()
 
     def table_done(self, rows: Sequence[Row]) -> None:
         self.table_rows = RowColumns()
@@ -138,7 +146,8 @@ class Recording:
         fits = fit_rows(rows) if kind is None or kind.fitted else []
         if fits:
             self.writer.add_fits([fit.to_dict() for fit in fits])
-        self.reporter.table_done(rows, fits)
+        with unless_output_closed():
+            self.reporter.table_done(rows, fits)
         self.explain(rows, fits)
 
     def explain(self, rows: Sequence[Row], fits: list[SeriesFit]) -> None:
@@ -160,10 +169,12 @@ class Recording:
             self.note(line)
 
     def implementations_done(self, rows: list[Row]) -> None:
-        self.reporter.implementations_done(rows)
+        with unless_output_closed():
+            self.reporter.implementations_done(rows)
 
     def passes_done(self, rows: list[Row]) -> None:
-        self.reporter.passes_done(rows)
+        with unless_output_closed():
+            self.reporter.passes_done(rows)
 
     def section(self, name: str, payload: dict) -> None:
         self.writer.set_section(name, payload)
@@ -172,24 +183,31 @@ class Recording:
         self.writer.meta.unavailable.update(reasons)  # written with the next row, and at the end
 
     def close_console(self) -> None:
-        self.reporter.close()
+        with unless_output_closed():
+            self.reporter.close()
 
     def finish(self, status: str, error: str | None = None) -> None:
         """Record how the run ended (running -> complete, failed or interrupted)."""
-        self.reporter.close()
+        with unless_output_closed():
+            self.reporter.close()
         self.writer.finish(status, now(), error)
 
     def show_files(self) -> None:
-        self.reporter.files([shlex.quote(str(self.writer.csv_path)), shlex.quote(str(self.writer.json_path))])
+        paths = [shlex.quote(str(self.writer.csv_path)), shlex.quote(str(self.writer.json_path))]
+        with unless_output_closed():
+            self.reporter.files(paths)
 
     def interrupted(self, signal_name: str) -> None:
         """A signal stopped the run: show what was measured of the table in progress, say so, record it
         and say where the rows are."""
-        self.reporter.close()
+        with unless_output_closed():
+            self.reporter.close()
         if self.table_rows:
-            self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
+            with unless_output_closed():
+                self.reporter.table_done(self.table_rows, [])  # no fit: the table is incomplete
         kept = plural(self.writer.row_count, "row")
-        self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept"
-                           + launcher_status_note(self.writer.meta.launcher, signal_name))
+        with unless_output_closed():
+            self.reporter.note(f"interrupted by {signal_name}: {kept} measured and kept"
+                               + launcher_status_note(self.writer.meta.launcher, signal_name))
         self.finish("interrupted", f"stopped by {signal_name}")
         self.show_files()

@@ -25,7 +25,7 @@ sizes the allocator's cache goes back to the device.
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -91,6 +91,13 @@ class Session:
     row_context: RowContext | None = None  # provenance columns and verdicts (commbench.provenance)
     memory: MemoryBudget | None = None  # what a rank may fill when --max-memory does not say
     hostnames: tuple[str, ...] = ()  # by rank (fabric groups ranks by host)
+    # what was asked for and not measured (sizes the memory budget refused, an implementation named on
+    # its own that cannot run here), each said once: the run then exits 1 (not_measured)
+    unmeasured: list[str] = field(default_factory=list)
+
+    def not_measured(self, what: str) -> None:
+        if what not in self.unmeasured:
+            self.unmeasured.append(what)
     # starts rank processes of their own for an implementation set (rank_sets.RankSets); None: cannot
     rank_sets: "SetRunner | None" = None
     contention: Any = None  # a sweep's racing communicators and compute (running/contention.py), or None
@@ -144,6 +151,9 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
                          f"{notes[0] if notes else 'no size fits'}")
     for text in notes:
         output.note(text)
+    for table in tables:
+        for refused in table.refused:
+            session.not_measured(refused)
     output.plan(sum(table.step_count() for table in tables))
     all_rows: list[Row] = []
     impls = ImplRun(backend, session.membership, session.hostnames)
@@ -162,6 +172,9 @@ def run_sweep(config: RunConfig, backend: Backend, output: Output, session: Sess
         _implementations_done(compared, output)
     finally:
         impls.close()
+    for row in all_rows:
+        if row.impl_status == UNAVAILABLE and not _left_out_by_a_wildcard(config, row):
+            session.not_measured(f"{describe_row(row)}: unavailable: {row.error}")
     # Every rank has finished measuring: a stop asked for during the last size has nothing left to stop.
     if tables:
         _check_in(SizePoint(config, backend, tables[-1], PlannedSize(0, 0, 0), session.membership),
@@ -268,6 +281,21 @@ def _implementations_done(rows: list[Row], output: Output) -> None:
     measured = {row.impl for row in rows if row.impl_status != UNAVAILABLE}
     if len(measured) > 1:
         output.implementations_done(rows)
+
+
+def _left_out_by_a_wildcard(config: RunConfig, row: Row) -> bool:
+    """Whether an unavailable row came in through a wildcard, which may leave out, by name, what cannot
+    run here: --impl all (an implementation's refusal) or --collective all (the collective's own)."""
+    if row.impl and row.impl != REFERENCE_IMPL:
+        return set(REGISTRY) <= set(config.impls)
+    return config.all_collectives
+
+
+def not_measured(unmeasured: list[str]) -> str | None:
+    """Why a run that measured the rest exits 1: what was asked for and not measured; None when all was."""
+    if not unmeasured:
+        return None
+    return f"asked for but not measured: {plural(len(unmeasured), 'point')} (first: {unmeasured[0]})"
 
 
 def sweep_failure(rows: Sequence[Row]) -> str | None:

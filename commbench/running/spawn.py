@@ -24,12 +24,14 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from commbench.coordination import BOARD_ENV, LauncherBoard
 from commbench.core.groups import format_ranks
-from commbench.errors import UsageError
+from commbench.errors import RunError, UsageError
 from commbench.running.rank_start import PRELOAD, die_with_parent, run_rank
+from commbench.writers.files import finish_abandoned
 
 LAUNCHER_ENV = "COMMBENCH_LAUNCHER"  # set by our own spawner on the ranks it starts
 RANK_START_ENV = "COMMBENCH_RANK_START"  # fork (from a server that imported torch) or exec (fresh python)
@@ -141,7 +143,11 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
     rank_envs = [{**env, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
                   "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                   LAUNCHER_ENV: "local"} for rank in range(nproc)]
-    procs = _start_ranks(argv, rank_envs, how)
+    try:
+        procs = _start_ranks(argv, rank_envs, how)
+    except RunError:
+        board.remove()
+        raise
 
     received: list[int] = []
 
@@ -152,8 +158,8 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
                 proc.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = _Supervisor(procs, received, board)
     try:
-        supervisor = _Supervisor(procs, received, board)
         return supervisor.wait(grace_s, failure_grace(nproc) if failure_grace_s is None else failure_grace_s)
     finally:
         for sig, handler in previous.items():
@@ -162,23 +168,43 @@ def spawn_local(argv: list[str], nproc: int, grace_s: float = 10.0, failure_grac
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        settle_results(board, supervisor.rank0_ending())
         board.remove()
 
 
+def settle_results(board: LauncherBoard, ending: tuple[str, str]) -> None:
+    """Record how the run ended in rank 0's results.json when rank 0 could not (its status still
+    "running" once every rank is gone): ``ending`` is the status and the reason."""
+    paths = board.results()
+    if paths is not None:
+        status, error = ending
+        finish_abandoned(*paths, status, datetime.now(UTC).isoformat(timespec="seconds"), error)
+
+
 def _start_ranks(argv: list[str], rank_envs: list[dict[str, str]], how: str) -> list[Any]:
-    """The ranks, started as ``how`` says (rank_start): objects with Popen's poll, kill and the like."""
-    if how == "exec":
-        # -P: the working directory stays off the import path, so a folder there named commbench (the
-        # checkout, seen from the directory above it) cannot hide the installed package.
-        return [subprocess.Popen([sys.executable, "-P", "-m", "commbench", *argv], env=rank_env,
-                                 process_group=0, preexec_fn=die_with_parent) for rank_env in rank_envs]
-    context = forking_context()
-    procs = []
-    for rank, rank_env in enumerate(rank_envs):
-        process = context.Process(target=run_rank, args=(rank, list(argv), rank_env, os.getpid()),
-                                  name=f"rank {rank}")
-        process.start()
-        procs.append(RankProcess(process))
+    """The ranks, started as ``how`` says (rank_start): objects with Popen's poll, kill and the like.
+    When one cannot be started (the process limit, memory), those already started are stopped, so
+    none outlives the launcher, and the run fails naming the rank."""
+    procs: list[Any] = []
+    context = forking_context() if how == "fork" else None
+    try:
+        for rank, rank_env in enumerate(rank_envs):
+            if context is None:
+                # -P: the working directory stays off the import path, so a folder there named commbench
+                # (the checkout, seen from the directory above it) cannot hide the installed package.
+                procs.append(subprocess.Popen([sys.executable, "-P", "-m", "commbench", *argv], env=rank_env,
+                                              process_group=0, preexec_fn=die_with_parent))
+                continue
+            process = context.Process(target=run_rank, args=(rank, list(argv), rank_env, os.getpid()),
+                                      name=f"rank {rank}")
+            process.start()
+            procs.append(RankProcess(process))
+    except (OSError, EOFError) as exc:  # EOFError: the fork server could not fork and closed on us
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        raise RunError(f"could not start local rank {len(procs)} of {len(rank_envs)} ({exc}): the "
+                       "process limit (ulimit -u) or memory ran out; no rank was left running") from None
     return procs
 
 
@@ -192,6 +218,7 @@ class _Supervisor:
         self.stopping = False
         self.stopped: list[int] = []  # ranks we had to stop after a failure: they were hung
         self.announced: set[int] = set()
+        self.failure_grace_s = 0.0
 
     def _note_failures(self, codes: list[int | None]) -> None:
         failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
@@ -214,6 +241,7 @@ class _Supervisor:
         self.stopping = True
 
     def wait(self, grace_s: float, failure_grace_s: float) -> int:
+        self.failure_grace_s = failure_grace_s
         deadline: float | None = None
         while True:
             codes = [proc.poll() for proc in self.procs]
@@ -242,12 +270,27 @@ class _Supervisor:
             return 0
         rank, code = self.first_failure
         if self.stopped:
-            print(f"commbench: error: {format_ranks(self.stopped)} did not stop within {failure_grace_s:g} s "
-                  f"of rank {rank} failing (hung): stopped by the launcher", file=sys.stderr)
+            print(f"commbench: error: {self._hung()}", file=sys.stderr)
         if code < 0:
             print(f"commbench: error: rank {rank} died ({signal.Signals(-code).name})", file=sys.stderr)
             return 1
         return code
+
+    def _hung(self) -> str:
+        rank = self.first_failure[0] if self.first_failure else "?"
+        return (f"{format_ranks(self.stopped)} did not stop within {self.failure_grace_s:g} s of rank {rank} "
+                "failing (hung): stopped by the launcher")
+
+    def rank0_ending(self) -> tuple[str, str]:
+        """How the run ended, in rank 0's words had it recorded the end itself: (status, reason)."""
+        if self.received:
+            return "interrupted", f"stopped by {signal.Signals(self.received[0]).name}"
+        code = self.procs[0].returncode
+        if 0 in self.stopped:
+            return "failed", self._hung()
+        if code is not None and code < 0:
+            return "failed", f"rank 0 died ({signal.Signals(-code).name})"
+        return "failed", f"rank 0 exited with status {code} before recording how the run ended"
 
 
 def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:

@@ -8,9 +8,12 @@ TextTable is the one table model: the console renders it with rich, compare also
 HTML. (The nccl-tests and JSON-lines console formats are in formats.py.)
 """
 
+import os
+import select
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,12 +46,62 @@ from commbench.results.side_by_side import unavailable
 TABLE_WIDTH = 100  # columns every table fits at its defaults, and the header's lines
 
 
+class _Output:
+    """Whether this process's stdout lost its reader (`commbench ... | head -2`)."""
+
+    closed = False
+
+
+def lose_output() -> None:
+    """A write found its reader gone (a closed pipe): from now on that stream, stdout or stderr, writes
+    to the null device, so nothing more fails, and a run asks its ranks to stop (``output_closed``)."""
+    _Output.closed = True
+    streams = [stream for stream in (sys.stdout, sys.stderr) if _reader_gone(stream)] or [sys.stdout]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in streams:
+            os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):  # a stream without a descriptor (a test's capture): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether the pipe or socket behind ``stream`` has no reader (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def output_closed() -> bool:
+    return _Output.closed
+
+
+@contextmanager
+def unless_output_closed() -> Iterator[None]:
+    """Run console output; when its reader went away, drop the output (lose_output) instead of failing."""
+    try:
+        yield
+    except BrokenPipeError:
+        lose_output()
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich's way ends the process (SystemExit); a run keeps its files whole and stops its ranks."""
+        lose_output()
+
+
 def make_console(quiet: bool = False) -> Console:
     """On a terminal: its width, text wrapped at words. Off one (a pipe, a file, a CI log): at least
     TABLE_WIDTH columns for tables (more when COLUMNS says so) and no line wrapped at all, so that grep
     finds every note whole."""
     terminal = sys.stdout.isatty()
-    console = Console(quiet=quiet, highlight=False, soft_wrap=not terminal)
+    console = _Console(quiet=quiet, highlight=False, soft_wrap=not terminal)
     if not terminal:
         console.width = max(console.width, TABLE_WIDTH)
     return console

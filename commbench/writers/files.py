@@ -12,10 +12,20 @@ SPOOL_IN_MEMORY bytes, and a rewrite copies them into the new JSON, which it wri
 (json_pieces): the writer holds no rows and makes no text of the whole file, so a full fabric pass's two
 million rows cost rank 0 no memory here (re-encoding every row each time cost seconds per size at
 thousands of ranks).
+
+When a file cannot grow (a full disk, a quota, the file size limit), the rows of the batch that did
+not fit are taken back out of the CSV, so both files hold the same rows, and the run fails saying why
+(``NoRoom``); its final status is written if there is room for it, else the JSON keeps its last rows
+and the CSV is cut to the same.
+
+A run whose rank 0 could not record its end (killed, or stopped by its launcher as hung) is settled by
+the launcher that started it (``finish_abandoned``): its status, and the rows the CSV holds beyond the
+JSON's last rewrite.
 """
 
 import csv
 import errno
+import glob
 import json
 import math
 import os
@@ -24,7 +34,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
@@ -32,13 +42,17 @@ from typing import IO, Any
 import numpy as np
 
 from commbench.core.untrusted import file_kind
-from commbench.errors import UsageError
+from commbench.errors import RunError, UsageError
 from commbench.results.columns import RowBlock
 from commbench.results.model import CSV_COLUMNS, Row, RunMeta
+from commbench.results.saved import row_from_saved
 
 SCHEMA_VERSION = 2  # 2: rows measured together as blocks of columns; fabric's matrices as measured pairs
 SPOOL_IN_MEMORY = 16 * 2**20  # bytes of row texts kept in memory before the spool moves to a file
 ARRAY_CHUNK = 2**16  # values of a numpy array turned into text at a time
+# Why a file could not grow, by the error the system gave.
+NO_ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EFBIG: "the file size limit (ulimit -f) is reached"}
 JSON_EVERY_ROW_UP_TO = 256  # rows: up to here the JSON is rewritten for every row (each holds every row)
 JSON_INTERVAL_S = 1.0  # beyond, at most this often, and at most once per 10 times the last rewrite's time
 
@@ -184,6 +198,10 @@ def _temporary_beside(path: Path) -> tuple[int, Path]:
             continue
 
 
+class NoRoom(RunError):
+    """A result file could not grow: the files keep the rows measured before, and say the same."""
+
+
 class ResultWriter:
     """Writes a run's CSV and JSON as rows arrive."""
 
@@ -205,30 +223,68 @@ class ResultWriter:
         self._csv_file = open_output(csv_path)  # held open for the run
         self._csv_syncs = can_sync(self._csv_file.fileno())
         self._csv = csv.writer(self._csv_file)
-        self._csv.writerow(CSV_COLUMNS)
-        self._csv_file.flush()
-        self._write_json()
+        target = csv_path
+        try:
+            self._csv.writerow(CSV_COLUMNS)
+            self._csv_file.flush()
+            self._csv_end = self._csv_in_json = self._csv_position()  # the rows' end; the JSON's rows' end
+            target = json_path
+            self._write_json()
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            raise NoRoom(f"rank 0 could not write {target}: {exc.strerror} ({NO_ROOM[exc.errno]})") from None
 
     def add(self, row: Row) -> None:
-        self._csv.writerow(["" if (value := getattr(row, name)) is None else value for name in CSV_COLUMNS])
-        self._add(row_json(row), 1)
+        self._add([["" if (value := getattr(row, name)) is None else value for name in CSV_COLUMNS]],
+                  row_json(row), 1)
 
     def add_block(self, block: RowBlock) -> None:
         """Rows measured together: one line of columns in the JSON, each row's CSV line, one sync."""
-        if not len(block):
-            return
-        self._csv.writerows(zip(*block.columns(CSV_COLUMNS, none=""), strict=True))
-        self._add(_one_line(block.saved()), len(block))
+        if len(block):
+            self._add(zip(*block.columns(CSV_COLUMNS, none=""), strict=True), _one_line(block.saved()),
+                      len(block))
 
-    def _add(self, text: str, count: int) -> None:
-        """A row's (a block's) JSON text, after its CSV lines: one sync, and the JSON when it is due."""
-        self._texts.write(((",\n" if self.row_count else "") + text).encode())
-        self.row_count += count
-        self._csv_file.flush()
-        if self._csv_syncs:
-            os.fsync(self._csv_file.fileno())
-        if self.row_count <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
-            self._write_json()
+    def _add(self, lines: Iterable[Iterable[Any]], text: str, count: int) -> None:
+        """Rows' CSV lines, then their JSON text (a row's, a block's): one sync, and the JSON when it is
+        due. NoRoom when a file cannot grow: the rows are taken back out of the CSV and the spool."""
+        kept, spooled, target = self.row_count, self._texts.tell(), self.csv_path
+        try:
+            self._csv.writerows(lines)
+            self._csv_file.flush()
+            if self._csv_syncs:
+                os.fsync(self._csv_file.fileno())
+            self._texts.write(((",\n" if kept else "") + text).encode())
+            self.row_count += count
+            if self.row_count <= JSON_EVERY_ROW_UP_TO or time.monotonic() >= self._json_due:
+                target = self.json_path
+                self._write_json()
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            self.row_count = kept
+            self._texts.seek(spooled)
+            self._texts.truncate()
+            self._cut_csv(self._csv_end)
+            raise NoRoom(f"rank 0 could not write {target}: {exc.strerror} ({NO_ROOM[exc.errno]}); the files "
+                         f"keep the {kept} rows measured before") from None
+        self._csv_end = self._csv_position()
+
+    def _csv_position(self) -> int:
+        """Where the CSV's rows end: 0 for a device or a FIFO, which have no position and nothing to cut."""
+        return self._csv_file.tell() if self._csv_syncs else 0
+
+    def _cut_csv(self, offset: int) -> None:
+        """The CSV cut back to ``offset`` bytes (a whole number of rows) and reopened to append."""
+        if not self._csv_syncs:  # a device or a FIFO: nothing to cut
+            return
+        try:
+            self._csv_file.close()
+        except OSError:  # its buffer could not be written: what it held is cut off anyway
+            pass
+        os.truncate(self.csv_path, offset)
+        self._csv_file = open(self.csv_path, "a", newline="")  # noqa: SIM115 - held open for the run
+        self._csv = csv.writer(self._csv_file)
 
     def add_fits(self, fits: list[dict[str, Any]]) -> None:
         """The α-β fits of a group of rows that just finished."""
@@ -241,10 +297,17 @@ class ResultWriter:
         self._write_json()
 
     def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
+        """Record how the run ended. When there is no room even for that, the JSON keeps its last rows
+        (and status) and the CSV is cut to the same rows."""
         self.meta.status = status
         self.meta.finished_at = finished_at
         self.meta.error = error
-        self._write_json()
+        try:
+            self._write_json()
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            self._cut_csv(self._csv_in_json)
         self._csv_file.close()
         self._texts.close()
 
@@ -270,4 +333,49 @@ class ResultWriter:
             out.write(b"\n")
 
         write_atomic(self.json_path, write)
+        if not self._csv_file.closed:
+            self._csv_in_json = self._csv_position()
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
+
+
+def _results_text(payload: dict[str, Any], row_texts: list[str]) -> str:
+    """results.json's text: ``payload`` laid out readably, its rows one per line from their texts."""
+    marker = f"rows written here {id(row_texts)}"  # a string no part of the payload holds
+    text = readable_json({**payload, "rows": marker})
+    rows = "[\n" + ",\n".join(row_texts) + "\n]" if row_texts else "[]"
+    return text.replace(json.dumps(marker), rows, 1)
+
+
+def finish_abandoned(json_path: Path, csv_path: Path, status: str, finished_at: str, error: str) -> bool:
+    """Record how a run ended when its rank 0 could not: results.json's status, end time and error, and
+    the rows of the CSV (synced per row) that the JSON's last rewrite did not hold yet. False when there
+    is nothing to settle: rank 0 recorded the end itself, or wrote no results.json. A CSV line cut short
+    by the death, and any after it, are left out of the JSON, and a rewrite it cut short leaves no
+    temporary file behind."""
+    for temporary in json_path.parent.glob(f".{glob.escape(json_path.name)}.{'?' * 8}.tmp"):
+        temporary.unlink(missing_ok=True)  # write_text_atomic's (mkstemp's 8 letters), its writer gone
+    try:
+        payload = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return False
+    meta = payload.get("meta") if isinstance(payload, dict) else None
+    rows = payload.get("rows") if isinstance(payload, dict) else None
+    if not isinstance(meta, dict) or meta.get("status") != "running" or not isinstance(rows, list):
+        return False
+    row_texts = [json.dumps(row) for row in rows]
+    # a block of rows measured together stands for block_of rows of the CSV
+    held = sum(row["block_of"] if isinstance(row, dict) and isinstance(row.get("block_of"), int) else 1
+               for row in rows)
+    try:
+        with open(csv_path, newline="") as handle:
+            lines = list(csv.DictReader(handle))
+    except (OSError, csv.Error):
+        lines = []
+    for line in lines[held:]:
+        try:
+            row_texts.append(row_json(row_from_saved(line, from_text=True)))
+        except (ValueError, KeyError, TypeError):
+            break
+    meta.update(status=status, finished_at=finished_at, error=error)
+    write_text_atomic(json_path, _results_text(payload, row_texts))
+    return True
