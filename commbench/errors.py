@@ -23,11 +23,13 @@ class RunError(Exception):
 
 
 class Terminated(Exception):
-    """SIGTERM arrived: stop, keep what was measured, exit 128 + signal number."""
+    """SIGTERM arrived: stop, keep what was measured, exit 128 + signal number. ``agreed``: every rank
+    stops at this same point (a check-in between steps), so none is left in a collective."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, agreed: bool = False) -> None:
         super().__init__(f"terminated by signal {signum}")
         self.exit_code = 128 + signum
+        self.agreed = agreed
 
 
 class AlreadyReported(Exception):

@@ -228,7 +228,7 @@ def _check_in(ctx: FabricContext, label: str) -> None:
     signature = f"fabric|{label}|{config.size}|{config.latency_size}|{config.iters}|{config.serial}"
     stop = ctx.backend.check_in(label, signature, ctx.session.stop_requested())
     if stop:
-        raise Terminated(stop)
+        raise Terminated(stop, agreed=True)  # every rank got the same answer at this check-in
 
 
 def measure_nodes(ctx: FabricContext, output: Output, phase: str) -> list[Row]:

@@ -277,7 +277,13 @@ def _finish_failed(exc: BaseException, info: RankInfo, backend: Backend, recordi
         if recording is not None:
             closed = " (stdout was closed)" if signum == signal.SIGPIPE else ""
             recording.interrupted(signal.Signals(signum).name + closed)
-        backend.abort()  # a collective may still wait on the device for a peer that stopped
+        if isinstance(exc, Terminated) and exc.agreed:
+            # every rank stopped at the same check-in: release the group as a complete run does (a
+            # process that exits with gloo's threads still running may abort: "terminate called
+            # without an active exception", exit -6 instead of 143)
+            backend.shutdown()
+        else:
+            backend.abort()  # a collective may still wait on the device for a peer that stopped
         return exc
     if isinstance(exc, UsageError):
         if recording is not None:

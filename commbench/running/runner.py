@@ -404,7 +404,7 @@ def _check_in(point: SizePoint, label: str, stop_requested: Callable[[], int]) -
                  f"{config.cuda_graph}|{plan.layout}:{plan.count}x{plan.size}")
     stop = point.backend.check_in(label, signature, stop_requested())
     if stop:
-        raise Terminated(stop)
+        raise Terminated(stop, agreed=True)  # every rank got the same answer at this check-in
 
 
 def _probe(op: BoundOp, mode: str) -> float:
