@@ -7,9 +7,10 @@
 Every case runs in a process group of its own, bounded by a timeout (the group is killed after it) and
 under a memory limit (RLIMIT_AS in the child, inherited by the ranks it starts). What it observed is
 one of: ok (exit 0), usage (exit 2 with one line 'commbench: error: ...'), failed (exit 1 with one such
-line), traceback, hang (the timeout), memory (MemoryError or killed), or 'exit N' / 'N lines' for
-anything else. A case also fails when a file it named as an input changed, or a special file it named
-(a character device, a FIFO) is no longer that special file. Exit status: 0 when every case passed.
+line, or the regression gate's one 'commbench: regression ...' line), traceback, hang (the timeout),
+memory (MemoryError or killed), or 'exit N' / 'N lines' for anything else. A case also fails when a
+file it named as an input changed, or a special file it named (a character device, a FIFO) is no longer
+that special file. Exit status: 0 when every case passed.
 
 A case is one row of CASES: ``Case(name, expected, prepare)``, where ``prepare(work)`` makes what the
 case needs under ``work.tmp`` (a directory of its own) and returns an ``Invocation``: the command line
@@ -503,6 +504,56 @@ def list_on_ascii_console(work: Work) -> Invocation:
     return commbench("list", "--nproc", "2", env=ASCII_CONSOLE)
 
 
+
+# --- limits on work and waiting (docs/limits.md) ----------------------------------------------------
+
+def sizes_past_the_limit(work: Work) -> Invocation:
+    return commbench("--sizes", "9223372036854775808", timeout=60)
+
+
+def sizes_too_many(work: Work) -> Invocation:
+    return commbench("--sizes", "1:1T:+1", timeout=60)
+
+
+def sizes_nan_factor(work: Work) -> Invocation:
+    return commbench("--sizes", "1K:1M:xnan", timeout=60)
+
+
+def too_many_local_ranks(work: Work) -> Invocation:
+    return commbench("--nproc", "100000", timeout=60)
+
+
+def master_port_out_of_range(work: Work) -> Invocation:
+    variables = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "99999"}
+    return commbench("--sizes", "1K", env=variables, timeout=60)
+
+
+def model_repeat_past_the_limit(work: Work) -> Invocation:
+    model = work.write("model.yaml",
+                       "units:\n  - name: block\n    params: {w: [4, 4]}\n    repeat: 100000000\n")
+    return commbench("pattern", "fsdp", "--model", model, timeout=60)
+
+
+def gate_on_one_pass_a_side(work: Work) -> Invocation:
+    run = work.copy_of_run()
+    return commbench("compare", run / "results.json", work.copy_of_run("b") / "results.json",
+                     "--fail-above", "10", timeout=60)
+
+
+def run_into_a_closed_stdout(work: Work) -> Invocation:
+    # `commbench ... | head -2`: the reader goes after two lines; the run stops quietly, its files whole
+    argv = [sys.executable, "-m", "commbench", *TINY_RUN[:-1], "--output-dir", str(work.tmp)]  # not quiet
+    script = (f"import subprocess, sys\n"
+              f"run = subprocess.Popen({argv!r}, "
+              "stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+              "run.stdout.readline(); run.stdout.readline(); run.stdout.close()\n"
+              "err = run.stderr.read().decode(); code = run.wait()\n"
+              "print(err, file=sys.stderr, end='')\n"
+              "sys.exit(0 if 'Traceback' not in err and 'terminate called' not in err else 3)\n")
+    return Invocation([sys.executable, "-c", script], timeout=180)
+
+
 CASES = [
     # files commbench reads
     Case("compare-fifo", USAGE, compare_fifo),
@@ -559,6 +610,15 @@ CASES = [
     Case("run-ascii-console", OK, run_on_ascii_console),
     Case("compare-ascii-console", OK, compare_on_ascii_console),
     Case("list-ascii-console", OK, list_on_ascii_console),
+    # limits on work and waiting, the gate, a closed stdout
+    Case("sizes-past-1-PiB", USAGE, sizes_past_the_limit),
+    Case("sizes-a-trillion", USAGE, sizes_too_many),
+    Case("sizes-nan-factor", USAGE, sizes_nan_factor),
+    Case("nproc-100000", USAGE, too_many_local_ranks),
+    Case("master-port-99999", USAGE, master_port_out_of_range),
+    Case("model-repeat-10^8", USAGE, model_repeat_past_the_limit),
+    Case("gate-one-pass-a-side", FAILED, gate_on_one_pass_a_side),
+    Case("run-stdout-closed", OK, run_into_a_closed_stdout),
 ]
 
 
@@ -599,7 +659,9 @@ def classify(returncode: int | None, stderr: str, timed_out: bool) -> str:
         return "memory" if "MemoryError" in stderr else "traceback"
     if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL, -signal.SIGSEGV):
         return "memory"
-    errors = [line for line in lines if line.startswith("commbench: error:")]
+    # one line says why: an error, or on exit 1 the regression gate's verdict ("commbench: regression ...")
+    said = ("commbench: error:", "commbench: regression") if returncode == 1 else ("commbench: error:",)
+    errors = [line for line in lines if line.startswith(said)]
     if returncode == 0:
         return OK
     if returncode in (1, 2):
