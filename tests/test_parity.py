@@ -24,17 +24,22 @@ pytestmark = pytest.mark.processes
 
 HOSTS = ["node-a", "node-b"]
 DELAYED_OP, DELAY_S = 4, 0.3  # rank 1 sleeps after the 4th timed op: iteration 3 (from 0)
+# Enough iterations that the row's spread is its steady state's: with ten, the first few timed ops
+# (~10x slower than the rest on a loaded 2-core runner) widened the robust spread until 4 of its sigmas
+# exceeded the spike's 400x and nothing was named (4 of 14 runs beside two busy loops; CI's newest leg
+# once); with twenty, 0 of 28. One warm-up op keeps the delay at timed iteration 3.
+SPIKED_WARMUP, SPIKED_ITERS = 1, 20
 
 
-def _sweep(backend, **values):
-    config = resolve(run_config(collectives=["all_reduce"], backend="gloo", device="cpu", warmup=1,
+def _sweep(backend, warmup=1, **values):
+    config = resolve(run_config(collectives=["all_reduce"], backend="gloo", device="cpu", warmup=warmup,
                                 **values))
     return run_sweep(config, backend, NullOutput())
 
 
 def _cold_and_late(rank: int, world_size: int) -> dict:
     late = RecordingBackend(delay_rank=1, delay_op=DELAYED_OP, delay_s=DELAY_S)
-    [spiked] = _sweep(late, sizes=[4096], iters=10, per_iteration=True)
+    [spiked] = _sweep(late, sizes=[4096], iters=SPIKED_ITERS, warmup=SPIKED_WARMUP, per_iteration=True)
     rotating = RecordingBackend()
     [cold] = _sweep(rotating, sizes=[1 << 16], iters=9, buffer_sets=3, misalign=8, flush_cache=True,
                     memory=True)
@@ -49,7 +54,7 @@ def cold_and_late() -> list[dict]:
 def test_a_spike_injected_into_one_iteration_of_one_rank_is_named(cold_and_late):
     row = cold_and_late[0]["spiked"]
     found = Iterations.of(row)
-    assert found is not None and found.times.shape == (2, 10) and found.arrivals.shape == (2, 10)
+    assert found is not None and found.times.shape == found.arrivals.shape == (2, SPIKED_ITERS)
     named = {(spike.iteration, spike.rank, spike.waited_for) for spike in spikes(found)}
     # rank 1's own time at iteration 3; at iteration 4 rank 0 waited for it to arrive
     assert {(DELAYED_OP - 1, 1, None), (DELAYED_OP, 0, 1)} <= named
