@@ -19,7 +19,12 @@ _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 MAX_SIZE_BYTES = 1024**5  # more than any host or device holds
 MAX_SIZE_TEXT = "1 PiB"
+TOO_LARGE = f"is above the largest size commbench measures, {MAX_SIZE_TEXT} (docs/limits.md)"
 MAX_SIZES = 10_000  # sizes in one --sizes list or range
+
+
+class SizeTooLarge(UsageError):
+    """A size past MAX_SIZE_BYTES: a reader that names the size its own way catches this one."""
 
 
 def parse_size(text: str) -> int:
@@ -29,8 +34,7 @@ def parse_size(text: str) -> int:
         raise UsageError(f"malformed size {text!r}: expected bytes such as 4096, 64K, 1M or 1G")
     number, unit = match.groups()
     if len(number.split(".")[0].lstrip("0")) > 20:  # beyond the limit whatever the unit
-        raise UsageError(f"size {text[:40]!r} is above the largest size commbench measures, "
-                         f"{MAX_SIZE_TEXT} (docs/limits.md)")
+        raise SizeTooLarge(f"size {text[:40]!r} {TOO_LARGE}")
     try:
         value = Fraction(number) * _UNITS[unit.upper()]  # exact: a float turns 400 digits into infinity
     except ValueError:  # more digits than Python makes a number of (after a fraction's dot)
@@ -38,8 +42,7 @@ def parse_size(text: str) -> int:
     if value.denominator != 1:
         raise UsageError(f"size {text!r} is not a whole number of bytes")
     if value > MAX_SIZE_BYTES:
-        raise UsageError(f"size {text!r} is above the largest size commbench measures, "
-                         f"{MAX_SIZE_TEXT} (docs/limits.md)")
+        raise SizeTooLarge(f"size {text!r} {TOO_LARGE}")
     return int(value)
 
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from commbench.core.sizes import MAX_SIZE_BYTES, MAX_SIZE_TEXT, parse_size, readable_size
+from commbench.core.sizes import MAX_SIZE_BYTES, TOO_LARGE, SizeTooLarge, parse_size, readable_size
 from commbench.core.untrusted import CONFIG_BYTES, parse_yaml, present, read_text, shown
 from commbench.core.words import plural
 from commbench.errors import UsageError
@@ -125,18 +125,16 @@ def _entry(path: Path, i: int, j: int, cell: object) -> int:
     elif isinstance(cell, str):
         try:
             value = parse_size(cell)
-        except UsageError as exc:
-            if "above the largest size" in str(exc):
-                raise UsageError(f"{where} = {shown(cell)} is above the largest size commbench measures, "
-                                 f"{MAX_SIZE_TEXT} (docs/limits.md)") from None
+        except SizeTooLarge:
+            raise UsageError(f"{where} = {shown(cell)} {TOO_LARGE}") from None
+        except UsageError:
             raise UsageError(f"{where} = {shown(cell)} is not a byte count (e.g. 4096 or 4K)") from None
     else:
         raise UsageError(f"{where} = {shown(cell)} is not a byte count")
     if value < 0:
         raise UsageError(f"{where} = {value} is negative")
     if value > MAX_SIZE_BYTES:
-        raise UsageError(f"{where} = {shown(value)} is above the largest size commbench measures, "
-                         f"{MAX_SIZE_TEXT} (docs/limits.md)")
+        raise UsageError(f"{where} = {shown(value)} {TOO_LARGE}")
     return value
 
 
