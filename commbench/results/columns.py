@@ -233,12 +233,31 @@ def _same(values: Sequence) -> bool:
 
 class Columnar(Sequence[Row]):
     """Rows that give one field over all of them as an array (values), so that what reads many rows
-    reads their columns instead of building each (values_of)."""
+    reads their columns instead of building each (values_of). Indexing by a position or a slice is
+    here; each kind builds the row at a position (_at)."""
 
     __slots__ = ()
 
     def values(self, name: str) -> np.ndarray:
         raise NotImplementedError
+
+    def _at(self, position: int) -> Row:
+        """The row at ``position``, from 0 to len(self) - 1."""
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        count = len(self)
+        if isinstance(index, slice):
+            return [self._at(position) for position in range(*index.indices(count))]
+        if not -count <= index < count:
+            raise IndexError(index)
+        return self._at(index % count)
 
 
 class RowBlock(Columnar):
@@ -268,18 +287,7 @@ class RowBlock(Columnar):
     def __len__(self) -> int:
         return self.count
 
-    @overload
-    def __getitem__(self, index: int) -> Row: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Row]: ...
-
-    def __getitem__(self, index: int | slice) -> Row | list[Row]:
-        if isinstance(index, slice):
-            return [self[position] for position in range(*index.indices(self.count))]
-        if not -self.count <= index < self.count:
-            raise IndexError(index)
-        position = index % self.count
+    def _at(self, position: int) -> Row:
         return self._row({name: column.item(position) for name, column in self.each.items()})
 
     def __iter__(self) -> Iterator[Row]:
@@ -382,21 +390,10 @@ class RowColumns(Columnar):
     def __len__(self) -> int:
         return (self._ends[-1] if self._ends else 0) + len(self._pending)
 
-    @overload
-    def __getitem__(self, index: int) -> Row: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Row]: ...
-
-    def __getitem__(self, index: int | slice) -> Row | list[Row]:
-        if isinstance(index, slice):
-            return [self[position] for position in range(*index.indices(len(self)))]
+    def _at(self, position: int) -> Row:
         self._seal()
-        if not -len(self) <= index < len(self):
-            raise IndexError(index)
-        index %= len(self)
-        which = bisect.bisect_right(self._ends, index)
-        return self._blocks[which][index - (self._ends[which - 1] if which else 0)]
+        which = bisect.bisect_right(self._ends, position)
+        return self._blocks[which][position - (self._ends[which - 1] if which else 0)]
 
     def __iter__(self) -> Iterator[Row]:
         self._seal()
