@@ -313,37 +313,39 @@ class ResultWriter:
 
     def _write_json(self) -> None:
         started = time.monotonic()
-        marker = json.dumps(f"rows written here {id(self)}")  # a string no part of the payload holds
         meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
-        payload = {"schema": SCHEMA_VERSION, "meta": meta, "rows": json.loads(marker), "fits": self.fits,
-                   **self.sections}
-
-        def write(out: IO[bytes]) -> None:
-            for piece in json_pieces(payload):
-                if piece != marker:
-                    out.write(piece.encode())
-                elif self.row_count:
-                    out.write(b"[\n")
-                    self._texts.seek(0)
-                    shutil.copyfileobj(self._texts, out)
-                    self._texts.seek(0, os.SEEK_END)
-                    out.write(b"\n]")
-                else:
-                    out.write(b"[]")
-            out.write(b"\n")
-
-        write_atomic(self.json_path, write)
+        payload = {"schema": SCHEMA_VERSION, "meta": meta, "rows": None, "fits": self.fits, **self.sections}
+        write_results(self.json_path, payload, self.row_count, self._copy_rows)
         if not self._csv_file.closed:
             self._csv_in_json = self._csv_position()
         self._json_due = time.monotonic() + max(JSON_INTERVAL_S, 10 * (time.monotonic() - started))
 
+    def _copy_rows(self, out: IO[bytes]) -> None:
+        self._texts.seek(0)
+        shutil.copyfileobj(self._texts, out)
+        self._texts.seek(0, os.SEEK_END)
 
-def _results_text(payload: dict[str, Any], row_texts: list[str]) -> str:
-    """results.json's text: ``payload`` laid out readably, its rows one per line from their texts."""
-    marker = f"rows written here {id(row_texts)}"  # a string no part of the payload holds
-    text = readable_json({**payload, "rows": marker})
-    rows = "[\n" + ",\n".join(row_texts) + "\n]" if row_texts else "[]"
-    return text.replace(json.dumps(marker), rows, 1)
+
+def write_results(path: Path, payload: dict[str, Any], row_count: int,
+                  write_rows: Callable[[IO[bytes]], object]) -> None:
+    """results.json, atomically: ``payload`` laid out readably a piece at a time, its "rows" (where the
+    key stands) a list of ``row_count`` entries, one per line, that ``write_rows`` writes."""
+    marker = json.dumps(f"rows written here {id(payload)}")  # a string no part of the payload holds
+    laid_out = {**payload, "rows": json.loads(marker)}
+
+    def write(out: IO[bytes]) -> None:
+        for piece in json_pieces(laid_out):
+            if piece != marker:
+                out.write(piece.encode())
+            elif row_count:
+                out.write(b"[\n")
+                write_rows(out)
+                out.write(b"\n]")
+            else:
+                out.write(b"[]")
+        out.write(b"\n")
+
+    write_atomic(path, write)
 
 
 def finish_abandoned(json_path: Path, csv_path: Path, status: str, finished_at: str, error: str) -> bool:
@@ -353,7 +355,7 @@ def finish_abandoned(json_path: Path, csv_path: Path, status: str, finished_at: 
     by the death, and any after it, are left out of the JSON, and a rewrite it cut short leaves no
     temporary file behind."""
     for temporary in json_path.parent.glob(f".{glob.escape(json_path.name)}.{'?' * 8}.tmp"):
-        temporary.unlink(missing_ok=True)  # write_text_atomic's (mkstemp's 8 letters), its writer gone
+        temporary.unlink(missing_ok=True)  # write_atomic's (_temporary_beside's 8 letters), its writer gone
     try:
         payload = json.loads(json_path.read_text())
     except (OSError, ValueError):
@@ -377,5 +379,5 @@ def finish_abandoned(json_path: Path, csv_path: Path, status: str, finished_at: 
         except (ValueError, KeyError, TypeError):
             break
     meta.update(status=status, finished_at=finished_at, error=error)
-    write_text_atomic(json_path, _results_text(payload, row_texts))
+    write_results(json_path, payload, len(row_texts), lambda out: out.write(",\n".join(row_texts).encode()))
     return True
