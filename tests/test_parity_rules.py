@@ -18,7 +18,7 @@ from commbench.measure.cache import CacheFlush, Rotation, cpu_cache_bytes, misal
 from commbench.measure.collectives import Buffers
 from commbench.measure.memory import SizeMemory, Snapshot, StartMemory
 from commbench.measure.planning import plan_tables
-from commbench.results.iterations import BadIterations, Iterations, by_host, decode, encode, row_ranks
+from commbench.results.iterations import BadIterations, Iterations, by_host, decode, encode, row_ranks, spikes
 from commbench.results.model import CSV_COLUMNS, Row
 from commbench.results.saved import REQUIRED_FIELDS, row_from_saved
 
@@ -74,6 +74,40 @@ def test_a_disjoint_communicators_blocks_are_its_members_and_hosts_group_them():
     hosts = by_host(found, ["a", "a", "b", "c"])
     assert [(host.host, host.ranks, round(host.p50_us)) for host in hosts] == [("c", (3,), 3000),
                                                                                ("b", (2,), 1000)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(levels=st.lists(st.floats(1e-5, 1e-2), min_size=2, max_size=4), samples=st.integers(8, 30),
+       data=st.data())
+def test_a_spike_is_judged_against_its_own_ranks_times_not_the_rows(levels, samples, data):
+    """Ranks at steady levels up to 1,000x apart, each jittering within 10%: a rank slow at every sample
+    holds no spike, and one sample 20x its rank's level is the only one named, with that rank's median."""
+    jitter = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))).uniform(1.0, 1.1, (len(levels),
+                                                                                           samples))
+    seconds = np.array(levels)[:, None] * jitter
+    rank, sample = data.draw(st.integers(0, len(levels) - 1)), data.draw(st.integers(0, samples - 1))
+    seconds[rank, sample] *= 20
+    row = _row(iteration_us=encode(seconds), world_size=len(levels), samples=samples)
+    found = Iterations.of(row)
+    named = spikes(found)
+    assert [(spike.iteration, spike.rank) for spike in named] == [(sample, rank)]
+    assert named[0].median_us == pytest.approx(float(np.median(found.times[rank])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranks=st.integers(1, 4), samples=st.integers(6, 30), data=st.data())
+def test_a_spike_among_samples_in_two_modes_is_named(ranks, samples, data):
+    """Half of each rank's samples (or one more) 8-12x the rest, so 4 scaled MADs span a factor past
+    1,000, and one sample 200x the lower mode: that sample is the only one named."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    seconds = np.full((ranks, samples), 300e-6) * rng.uniform(1.0, 1.1, (ranks, samples))
+    rank, sample = data.draw(st.integers(0, ranks - 1)), data.draw(st.integers(0, samples - 1))
+    for index, mine in enumerate(seconds):  # the spike takes a lower-mode sample's place
+        others = [position for position in rng.permutation(samples) if (index, position) != (rank, sample)]
+        mine[others[:(samples + 1) // 2]] *= rng.uniform(8, 12)
+    seconds[rank, sample] = 200 * 300e-6
+    row = _row(iteration_us=encode(seconds), world_size=ranks, samples=samples)
+    assert [(spike.iteration, spike.rank) for spike in spikes(Iterations.of(row))] == [(sample, rank)]
 
 
 def test_the_blocks_stay_out_of_the_csv_and_load_from_json():

@@ -12,11 +12,13 @@ naming the row.
 What the blocks show, as pure functions of saved rows and the ranks' host names (the console after each
 table and `commbench iterations` print them; docs/measurement.md#per-iteration-times):
 
-- spikes: a rank's time at one sample that is an outlier against the row's median over every rank and
-  sample, by the robust rule (measure/robust.py: at least SPIKE_FACTOR times the median and beyond 4
-  scaled MADs of the log-times). A rank that arrived before the last rank of its group waited inside
-  the collective: when the last one came at least WAIT_SHARE of the spike's excess over the median
-  after it, the spike is named with the rank it waited for; else the time was its own.
+- spikes: a rank's time at one sample that is an outlier against that rank's own median over the row's
+  samples, by the robust rule (measure/robust.py: at least SPIKE_FACTOR times the median and beyond 4
+  scaled MADs of the rank's log-times), or SPIKE_OVER_USUAL times the rank's usual worst (its 90th
+  percentile), which still names a spike when the rank's samples fall in two modes. A rank that arrived
+  before the last rank of its group waited inside the collective: when the last one came at least
+  WAIT_SHARE of the spike's excess over the median after it, the spike is named with the rank it waited
+  for; else the time was its own.
 - the straggler over iterations: at each sample the rank that arrived last in its group; the rank last
   most often, in how many samples, and by how much it trailed the others' median arrival there.
 - hosts: each host's ranks' median and p99 over their samples, the slowest host against the median host.
@@ -36,7 +38,9 @@ from commbench.core.words import plural
 from commbench.measure.robust import LATENCY, robust_spread, slow_mask
 from commbench.results.model import Row, describe_row
 
-SPIKE_FACTOR = 2.0  # a spike is at least this many times the row's median (and beyond 4 scaled MADs)
+SPIKE_FACTOR = 2.0  # a spike is at least this many times its rank's median (and beyond 4 scaled MADs)
+SPIKE_OVER_USUAL = 10.0  # or at least this many times its rank's usual worst, whatever the spread
+USUAL_WORST = 0.9  # the quantile of a rank's samples that is its usual worst
 WAIT_SHARE = 0.5  # a spike waited for a rank that arrived at least this share of its excess later
 MAX_SPIKES_SHOWN = 5  # the console names this many of a row's spikes, the worst first
 _FLOAT32 = np.dtype("<f4")
@@ -110,7 +114,8 @@ def row_ranks(row: Row, count: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class IterationSpike:
-    """One rank's time at one sample, far above the row's median."""
+    """One rank's time at one sample, far above its median (``median_us``: the rank's over the row's
+    samples)."""
 
     iteration: int
     rank: int
@@ -125,17 +130,29 @@ class IterationSpike:
 
 
 def spikes(found: Iterations, groups: Sequence[Sequence[int]] | None = None) -> list[IterationSpike]:
-    """Every (sample, rank) far above the row's median, the worst first; ``groups``: the global ranks of
-    each group the row's collective ran in (None: one group of all its ranks)."""
+    """Every (sample, rank) far above that rank's own median, the worst first; ``groups``: the global
+    ranks of each group the row's collective ran in (None: one group of all its ranks).
+
+    Each rank is judged against its own samples, not the row's: a rank that is slow at every sample
+    (it waits for a straggler, or is one) is the straggler line's business, not a spike at each sample,
+    and ranks whose steady times differ (the first to arrive waits, the last does not) would otherwise
+    widen one shared spread until no single sample stood out.
+
+    A rank's samples can fall in two modes (an idle virtual CPU woken a scheduler tick late makes about
+    half of a small op's samples 10x the rest): their spread is then so wide that 4 scaled MADs pass
+    nothing, however far out a sample lies. So a sample at least SPIKE_OVER_USUAL times the rank's
+    usual worst (its USUAL_WORST quantile, the sample at or below it) is a spike too."""
     times = found.times
-    if times.size < 2:
+    if times.shape[1] < 2:
         return []
-    median, log_sigma = robust_spread(times.ravel())
-    slow = slow_mask(times.ravel(), median, log_sigma, LATENCY, SPIKE_FACTOR).reshape(times.shape)
+    centres = [robust_spread(mine) for mine in times]  # each rank against its own samples
+    slow = np.array([slow_mask(mine, median, log_sigma, LATENCY, SPIKE_FACTOR)
+                     | (mine >= SPIKE_OVER_USUAL * np.quantile(mine, USUAL_WORST, method="lower"))
+                     for mine, (median, log_sigma) in zip(times, centres, strict=True)])
     last = _last_arrivals(found, groups)
     spiked = []
     for index, sample in zip(*np.nonzero(slow), strict=True):
-        time_us = float(times[index, sample])
+        time_us, median = float(times[index, sample]), centres[index][0]
         waited_for, waited = None, 0.0
         latest = last[index, sample] if last is not None else index
         arrived = found.arrivals[:, sample] if last is not None else None
@@ -259,10 +276,10 @@ def _us(value: float) -> str:
 
 
 def spike_line(spike: IterationSpike, hostnames: Sequence[str]) -> str:
-    """'iteration 4: rank 1 (node2) 50.2 ms, 120x the median 418.0 µs, its own time' or '..., waited
+    """'iteration 4: rank 1 (node2) 50.2 ms, 120x its median 418.0 µs, its own time' or '..., waited
     49.8 ms for rank 1 (node2), which arrived last'."""
     where = f"iteration {spike.iteration}: rank {spike.rank} ({_host(spike.rank, hostnames)})"
-    what = f"{_us(spike.time_us)}, {spike.ratio:.0f}x the median {_us(spike.median_us)}"
+    what = f"{_us(spike.time_us)}, {spike.ratio:.0f}x its median {_us(spike.median_us)}"
     if spike.waited_for is None:
         return f"{where} {what}, its own time"
     return (f"{where} {what}, waited {_us(spike.waited_us)} for rank {spike.waited_for} "
