@@ -1,7 +1,8 @@
 """The benchmark scripts in scripts/ run from an install and print their ratios.
 
 Each runs with small arguments so the suite stays short; what is asserted is the shape of what they
-print (every row present, ratios positive and finite), never a time or a ratio's value.
+print (every row present, ratios positive and finite), never a time or a ratio's value. The slowest,
+marked benchmark_script, run in .ci/run's pin leg only (pyproject's markers say why).
 """
 
 import json
@@ -35,6 +36,7 @@ def positive(text: str) -> float:
     return value
 
 
+@pytest.mark.benchmark_script
 def test_bench_overhead_prints_a_ratio_and_a_control_per_collective_and_size():
     out = run_script("bench_overhead.py", "--rounds", "3", "--ops", "20")
     rows = re.findall(rf"^(\w+)\s+(\d+)\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})\s+({NUMBER}) (ok|noise|OVER)$",
@@ -50,6 +52,7 @@ def test_bench_overhead_prints_a_ratio_and_a_control_per_collective_and_size():
         assert (verdict == "ok") == (ratio_value <= target_value)
 
 
+@pytest.mark.benchmark_script
 def test_bench_memory_prints_buffers_commbench_and_bare_torch_per_collective():
     out = run_script("bench_memory.py", "--size", "16M")
     for name, buffers in (("all_gather_base", 24), ("reduce_scatter_base", 24), ("all_to_all_single", 32)):
@@ -59,6 +62,7 @@ def test_bench_memory_prints_buffers_commbench_and_bare_torch_per_collective():
         assert int(line.group(1)) == buffers  # input + output MiB of a 16 MiB collective on 2 ranks
 
 
+@pytest.mark.benchmark_script
 def test_bench_gate_counts_false_alarms_detections_and_scaled_slowdowns():
     out = run_script("bench_gate.py", "--comparisons", "1", "--repeat", "2", "--sizes", "1K", "--iters", "3",
                      "--collective", "all_reduce")
@@ -70,6 +74,7 @@ def test_bench_gate_counts_false_alarms_detections_and_scaled_slowdowns():
     assert "commbench 0.1's gate" in out and "wall time per run" in out
 
 
+@pytest.mark.benchmark_script
 def test_gate_rates_meets_its_targets_through_the_gate():
     """The figures docs/performance.md quotes for passes drawn from a known distribution, at 20
     comparisons a cell instead of 150: every target PASS, every cell a count of 20."""
@@ -83,6 +88,7 @@ def test_gate_rates_meets_its_targets_through_the_gate():
     assert int(verdicts[0][0]) == identical <= 1
 
 
+@pytest.mark.benchmark_script
 def test_bench_sweep_gives_every_row_an_interval_and_judges_its_targets_by_its_own_figures():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_sweep.py"), "--sizes", "1K:4K"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=launcherless_env(),
@@ -158,6 +164,7 @@ def test_gpu_check_is_valid_bash_and_on_cpu_runs_its_cpu_parts_and_skips_the_res
     assert (tmp_path / "out" / "memory-window-cpu.json").exists()
 
 
+@pytest.mark.benchmark_script
 def test_check_overhead_and_checkin_cost_print_their_ratios():
     out = run_script("check_overhead.py", "--rounds", "1", "--", "--sizes", "1K:4K", "--collective",
                      "all_reduce,reduce_scatter_base")
@@ -167,6 +174,7 @@ def test_check_overhead_and_checkin_cost_print_their_ratios():
     positive(re.search(rf"check-in / all_reduce 1 KiB = ({NUMBER})", out).group(1))
 
 
+@pytest.mark.benchmark_script
 def test_fsdp_memory_estimate_prints_the_estimate_and_the_measured_peak_side_by_side(tmp_path):
     out = run_script("fsdp_memory_estimate.py", "--layers", "1", "--configs", "fsdp2 --check",
                      "--output-dir", str(tmp_path), timeout=400)
@@ -202,6 +210,7 @@ def test_record_example_without_torchrun_says_how_to_run_it(tmp_path):
     assert "run it under torchrun" in done.stderr
 
 
+@pytest.mark.benchmark_script
 def test_bench_scale_prints_every_step_at_every_world_with_its_growth_and_the_targets():
     # run_script asserts exit status 0, which bench_scale gives only when no target it judged failed
     out = run_script("bench_scale.py", "--worlds", "8,16", "--sizes", "1K:2K", "--samples", "20",
@@ -232,6 +241,7 @@ def test_bench_scale_prints_every_step_at_every_world_with_its_growth_and_the_ta
     assert re.search(r"^  N=   16\s+[0-9.]+ s .*\(pairs 120\)$", alone, re.MULTILINE)
 
 
+@pytest.mark.benchmark_script
 def test_bench_spawn_prints_both_ways_side_by_side_with_their_ratios():
     out = run_script("bench_spawn.py", "--nproc", "2", "--rounds", "1")
     wall, cpu = rf"\s+({NUMBER})s\s+({NUMBER})s\s+({NUMBER})", rf"\s+({NUMBER})s\s+({NUMBER})s\s+({NUMBER})"
@@ -242,6 +252,7 @@ def test_bench_spawn_prints_both_ways_side_by_side_with_their_ratios():
     assert abs(cpu_ratio - fork_cpu / exec_cpu) <= 0.01 + 0.01 * cpu_ratio
 
 
+@pytest.mark.benchmark_script
 def test_bench_confirm_times_a_pass_and_its_confirmations_with_a_slowed_host_and_without():
     from tests.netns import realtime_refused, unavailable_reason
 
@@ -259,6 +270,7 @@ def test_bench_confirm_times_a_pass_and_its_confirmations_with_a_slowed_host_and
     positive(clean.group(1))
 
 
+@pytest.mark.benchmark_script
 def test_bench_diagnose_names_the_faults_and_meets_its_targets_at_a_small_scale():
     # 16 ranks x 100 entries made from a real job's dumps: the script exits 1 when a target is missed
     out = run_script("bench_diagnose.py", "--part", "scale", "--ranks", "16", "--entries", "100")
