@@ -138,8 +138,8 @@ def spikes(found: Iterations, groups: Sequence[Sequence[int]] | None = None) -> 
     and ranks whose steady times differ (the first to arrive waits, the last does not) would otherwise
     widen one shared spread until no single sample stood out.
 
-    A rank's samples can fall in two modes (an idle virtual CPU woken a scheduler tick late makes about
-    half of a small op's samples 10x the rest): their spread is then so wide that 4 scaled MADs pass
+    A rank's samples can fall in two modes (on an idle virtual machine about half of a small op's samples
+    came a scheduler tick, 10x, after the rest): their spread is then so wide that 4 scaled MADs pass
     nothing, however far out a sample lies. So a sample at least SPIKE_OVER_USUAL times the rank's
     usual worst (its USUAL_WORST quantile, the sample at or below it) is a spike too."""
     times = found.times
