@@ -111,10 +111,11 @@ class RankDump:
         return len(self.seq)
 
 
-def read_dump(path: Path) -> RankDump:
-    """The summary of the Flight Recorder dump at ``path``; UsageError for anything else."""
+def read_dump(path: Path, isolated: bool = False) -> RankDump:
+    """The summary of the Flight Recorder dump at ``path``; UsageError for anything else. ``isolated``:
+    read in a worker process whose crash or stall costs only this dump (recordings.files.decode)."""
     with _collector_paused():
-        return _read_dump(path)
+        return _read_dump(path, isolated)
 
 
 @contextmanager
@@ -130,8 +131,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read_dump(path: Path) -> RankDump:
-    kind, payload = decode(path)
+def _read_dump(path: Path, isolated: bool) -> RankDump:
+    kind, payload = decode(path, isolated)
     if kind not in (FLIGHT_RECORDER, FLIGHT_RECORDER_JSON):
         raise UsageError(f"{path}: a torch.profiler trace, not a Flight Recorder dump (diagnose reads the "
                          "Flight Recorder's dumps)")
