@@ -312,7 +312,7 @@ def test_a_pickle_that_crashes_or_stalls_its_reader_is_refused_by_name_and_no_re
         load_job([str(tmp_path)], workers=2)
     message = str(refused.value)
     assert message.startswith(f"{hostile}: refused to load: ") and "\n" not in message
-    assert ("crashed the process reading it (SIGSEGV" if kind == "deep" else "s of CPU") in message
+    assert ("crashed its worker process (SIGSEGV" if kind == "deep" else "s of CPU") in message
     assert multiprocessing.active_children() == []
     assert _children() <= before
 

@@ -92,7 +92,10 @@ class _Worker:
         self.reading: deque[int] = deque()
 
     def give(self, index: int, path: Path) -> None:
-        self.connection.send(path)
+        try:
+            self.connection.send(path)
+        except OSError:  # it died reading an earlier path: receiving from it says which
+            return
         self.reading.append(index)
 
     def end(self) -> None:
@@ -152,11 +155,11 @@ def _refusal(path: Path, process: BaseProcess) -> Exception:
     process.join(ENDING_SECONDS)
     status = process.exitcode
     if status == -signal.SIGPROF:
-        why = (f"reading it took more than {cpu_limit(path):.0f} s of CPU (tuples that share their items "
-               "take forever to hash)")
+        why = (f"reading it took more than {cpu_limit(path):.0f} s of CPU (as tuples that share their items "
+               "do: hashing them never ends)")
     elif status is not None and status < 0:
-        why = (f"reading it crashed the process reading it ({_signal_name(-status)}: tuples nested deeper "
-               "than Python's stack do)")
+        why = f"reading it crashed its worker process ({_signal_name(-status)}"
+        why += ", as tuples nested deeper than Python's stack do)" if -status == signal.SIGSEGV else ")"
     else:
         return RuntimeError(f"the worker process reading {path} ended (exit status {status}); its error is "
                             "above")
