@@ -10,12 +10,15 @@ and what keeping the Flight Recorder on costs a commbench run.
   with three faults: one rank stuck a step behind, one rank's last data-parallel all-reduce of another
   size, one rank's dump absent. `commbench diagnose --json` runs on them in a process of its own; its
   wall time and the peak memory of its process tree (workers included) are printed against the targets
-  (issue 33: 4,096 x 2,000 in at most 30 s and 4 GiB), and whether it named the three faults.
+  (issue 33: 4,096 x 2,000 in at most 30 s and 4 GiB), and whether it named the three faults. With
+  --baseline CHECKOUT, the commbench of another checkout (main, say) runs on the same dumps right after,
+  its wall and CPU time beside this one's.
 - overhead: what recording costs each collective: CPU time per all_reduce on a 1-rank gloo group (no
   network: the op's own CPU work) with the recorder off, at commbench's size and at torch's default, in
   processes of their own, rounds alternating; and how long a dump takes, without and with stacks.
 
     python scripts/bench_diagnose.py [--part all|scenarios|scale|overhead] [--ranks 4096] [--entries 2000]
+                                     [--baseline CHECKOUT]
 
 Exit status 1 when a scale target or the scale verdict is missed.
 """
@@ -201,13 +204,16 @@ def cpu_of_children() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def measured(command: list[str], out: Path) -> tuple[float, float, int, int]:
+def measured(command: list[str], out: Path, checkout: Path = ROOT) -> tuple[float, float, int, int]:
     """(wall seconds, CPU seconds of the process tree, its peak resident bytes, exit status); stdout
-    into ``out``. The CPU time counts the workers too (a process's waited-for children are its own)."""
+    into ``out``. The CPU time counts the workers too (a process's waited-for children are its own).
+    ``checkout``: where commbench is imported from."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
     with out.open("w") as stdout:
         cpu = cpu_of_children()
         start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        proc = subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=checkout,
+                                env=env)
         peak = 0
         while proc.poll() is None:
             peak = max(peak, tree_rss(proc.pid))
@@ -216,7 +222,8 @@ def measured(command: list[str], out: Path) -> tuple[float, float, int, int]:
     return seconds, cpu_of_children() - cpu, peak, proc.returncode
 
 
-def scale(work: Path, ranks: int, entries: int, time_target: float, memory_target: float) -> bool:
+def scale(work: Path, ranks: int, entries: int, time_target: float, memory_target: float,
+          baseline: Path | None = None) -> bool:
     if ranks % 8 or ranks < 16:
         raise SystemExit("--ranks must be a multiple of 8, at least 16")
     print(f"\nscale: {ranks} ranks x {entries} entries (a real 8-rank job's dumps replicated)")
@@ -243,6 +250,15 @@ def scale(work: Path, ranks: int, entries: int, time_target: float, memory_targe
           f"{os.getloadavg()[0]:.1f}; CPU time {cpu:.1f} s, workers included")
     print(f"  named: behind {faults.stuck}, mismatch {faults.resized}, missing {faults.dead}: "
           f"{'PASS' if right else 'FAIL'}" + (f" (also named {others})" if others else ""))
+    if baseline is not None:
+        verdict = work / "scale" / "baseline.json"
+        then, then_cpu, then_peak, status = measured(
+            [sys.executable, "-m", "commbench", "diagnose", str(out), "--json"], verdict, baseline)
+        same = status in (0, 1) and json.loads(verdict.read_text())["findings"] == findings
+        print(f"  baseline ({baseline}), right after on the same dumps: {then:.1f} s, CPU time "
+              f"{then_cpu:.1f} s, peak memory {then_peak / 2**30:.2f} GiB, load average "
+              f"{os.getloadavg()[0]:.1f}; its verdict {'the same' if same else 'differs'}; this checkout's "
+              f"CPU time is {cpu / then_cpu:.2f}x its")
     return fast and small and right
 
 
@@ -307,6 +323,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="overhead's rounds")
     parser.add_argument("--probe", type=int, metavar="PORT", help=argparse.SUPPRESS)  # overhead's process
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (new) and keep the dumps made there")
+    parser.add_argument("--baseline", metavar="CHECKOUT", type=Path,
+                        help="scale: also run the commbench of CHECKOUT (a source tree) on the same dumps")
     args = parser.parse_args()
     if args.probe:
         probe(args.probe)
@@ -318,7 +336,8 @@ def main() -> int:
             scenarios(work)
         ok = True
         if args.part in ("all", "scale"):
-            ok = scale(work, args.ranks, args.entries, args.time_target, args.memory_target)
+            ok = scale(work, args.ranks, args.entries, args.time_target, args.memory_target,
+                       args.baseline)
         if args.part in ("all", "overhead"):
             overhead(args.rounds)
     finally:

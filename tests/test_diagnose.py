@@ -6,6 +6,7 @@ names the culprit from the others'. The reader's property tests mutate these rea
 """
 
 import json
+import multiprocessing
 import os
 import pickle
 import shutil
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from commbench.cli import main
 from commbench.diagnose import verdict as classes
 from commbench.diagnose.command import diagnose_files
+from commbench.diagnose.loading import load_job
 from commbench.diagnose.reading import REQUIRED_FIELDS
 from commbench.diagnose.verdict import Finding, Verdict
 from commbench.errors import UsageError
@@ -275,6 +277,44 @@ def test_bad_arguments_are_one_line(jobs, tmp_path, capsys):
     for name in ("fr_rank_0", "other_rank_0"):
         shutil.copy(jobs["healthy"].directory / "fr_rank_0", twice / name)
     assert "two dumps for rank 0" in _one_line_error(capsys, str(twice))
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux /proc), whoever started them."""
+    return {int(pid) for task in Path("/proc/self/task").iterdir()
+            for pid in (task / "children").read_text().split()}
+
+
+def _hostile_pickles() -> dict[str, bytes]:
+    """Pickles of plain data that crash or stall Python once unpickled, each a dict whose key is the
+    tuple: hashing it (the unpickler does, to set the key) recurses past the C stack, or follows 2^60
+    paths through tuples that share their items through the memo (a few hundred bytes)."""
+    shared: tuple = (1,)
+    for _ in range(60):
+        shared = (shared, shared)
+    return {"deep": b"\x80\x02}" + b"N" + b"\x85" * 200_000 + b"K\x01s.",  # {((((None,),),...): 1}
+            "shared": b"\x80\x02}" + pickle.dumps(shared, protocol=2)[2:-1] + b"K\x01s."}
+
+
+@pytest.mark.parametrize("kind", ["deep", "shared"])
+def test_a_pickle_that_crashes_or_stalls_its_reader_is_refused_by_name_and_no_reader_survives(
+        jobs, tmp_path, kind):
+    """Read by worker processes, pickles are not walked first: the one whose reading kills its worker
+    (a crash, or the CPU limit) is named as unreadable, among good dumps, and every worker ends."""
+    source = jobs["desyncs"].directory
+    for rank in range(40):  # real dumps, copied to 40 ranks
+        shutil.copy(source / f"{programs.DUMP_PREFIX}{rank % 8}", tmp_path / f"{programs.DUMP_PREFIX}{rank}")
+    before = _children()
+    assert len(load_job([str(tmp_path)], workers=2).dumps) == 40
+    hostile = tmp_path / f"{programs.DUMP_PREFIX}17"
+    hostile.write_bytes(_hostile_pickles()[kind])
+    with pytest.raises(UsageError) as refused:
+        load_job([str(tmp_path)], workers=2)
+    message = str(refused.value)
+    assert message.startswith(f"{hostile}: refused to load: ") and "\n" not in message
+    assert ("crashed its worker process (SIGSEGV" if kind == "deep" else "s of CPU") in message
+    assert multiprocessing.active_children() == []
+    assert _children() <= before
 
 
 WRONG_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True),

@@ -214,10 +214,11 @@ def test_a_gzip_bomb_stops_at_the_cap_on_what_it_inflates_to(tmp_path, capsys, m
                     "(docs/limits.md)")
 
 
-def test_a_pickle_whose_tuples_would_crash_python_is_refused_before_unpickling(tmp_path, capsys):
+@pytest.mark.parametrize("command", ["replay", "diagnose"])  # diagnose reads a few dumps in-process
+def test_a_pickle_whose_tuples_would_crash_python_is_refused_before_unpickling(command, tmp_path, capsys):
     dump = tmp_path / "nccl_trace_rank_0"
     dump.write_bytes(b"\x80\x02}" + b"N" + b"\x85" * 200_000 + b"K\x01s.")  # {((((None,),),...): 1}
-    line = one_line_usage_error(capsys, "replay", dump)
+    line = one_line_usage_error(capsys, command, dump)
     assert "refused to load: tuples nested more than 64 deep" in line
 
 

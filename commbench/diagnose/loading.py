@@ -1,24 +1,28 @@
 """Every rank's dump read and merged into one Job: the ranks' columns index tables shared by all ranks.
 
 Reading is most of diagnose's time at scale (unpickling), so many dumps are read by worker processes,
-one per core (up to MAX_WORKERS), each returning compact summaries; a few are read here. Merging maps
-each rank's local tables onto the job's with one numpy take per column.
+one per core (up to MAX_WORKERS), each returning compact summaries (isolation.py: there a dump that
+crashes or stalls Python costs only its worker, so pickles are not walked first); a few are read here,
+each pickle walked first. Merging maps each rank's local tables onto the job's with one numpy take per
+column.
 """
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from commbench.diagnose import isolation
 from commbench.diagnose.reading import NO_STACK, Frame, RankDump, Signature, read_dump
 from commbench.errors import UsageError
 from commbench.recordings.files import expand
 
 MAX_WORKERS = 16
-FILES_PER_WORKER = 32  # below this many files per worker, starting the workers costs more than it saves
+# Below this many files per worker, starting one costs more than it saves. A worker starts in a few
+# tenths of a second of CPU; a dump read here takes some 60 ms more than in a worker (its pickle is
+# walked first): 32 dumps take 2.1 s of CPU here, 0.4 s in one worker.
+FILES_PER_WORKER = 32
 
 
 @dataclass
@@ -40,19 +44,20 @@ class Job:
 
 
 def workers_for(files: int) -> int:
+    """How many worker processes read ``files`` dumps: none (they are read here) for a few."""
+    if files < FILES_PER_WORKER:
+        return 0
     cores = len(os.sched_getaffinity(0))
     return max(1, min(cores, MAX_WORKERS, files // FILES_PER_WORKER))
 
 
 def read_dumps(paths: list[Path], workers: int | None = None) -> list[RankDump]:
-    """Each file's summary, in order; in ``workers`` processes when more than one (default: by count)."""
+    """Each file's summary, in order: read by ``workers`` processes, or here when 0 (default: by
+    count)."""
     workers = workers_for(len(paths)) if workers is None else workers
-    if workers <= 1:
+    if workers == 0:
         return [read_dump(path) for path in paths]
-    # spawn: the caller may be a rank with torch's threads running, which fork would copy mid-flight
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        chunk = max(1, min(64, len(paths) // (workers * 4)))
-        return list(pool.map(read_dump, paths, chunksize=chunk))
+    return isolation.read(paths, workers)
 
 
 def load_job(sources: list[str], workers: int | None = None) -> Job:

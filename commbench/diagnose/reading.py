@@ -15,7 +15,7 @@ import marshal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import count, repeat
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
@@ -111,10 +111,11 @@ class RankDump:
         return len(self.seq)
 
 
-def read_dump(path: Path) -> RankDump:
-    """The summary of the Flight Recorder dump at ``path``; UsageError for anything else."""
+def read_dump(path: Path, isolated: bool = False) -> RankDump:
+    """The summary of the Flight Recorder dump at ``path``; UsageError for anything else. ``isolated``:
+    read in a worker process whose crash or stall costs only this dump (recordings.files.decode)."""
     with _collector_paused():
-        return _read_dump(path)
+        return _read_dump(path, isolated)
 
 
 @contextmanager
@@ -130,8 +131,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read_dump(path: Path) -> RankDump:
-    kind, payload = decode(path)
+def _read_dump(path: Path, isolated: bool) -> RankDump:
+    kind, payload = decode(path, isolated)
     if kind not in (FLIGHT_RECORDER, FLIGHT_RECORDER_JSON):
         raise UsageError(f"{path}: a torch.profiler trace, not a Flight Recorder dump (diagnose reads the "
                          "Flight Recorder's dumps)")
@@ -159,12 +160,14 @@ def summarise(payload: dict, path: Path, rank: int) -> RankDump:
                     **columns.arrays())
 
 
-def _distinct(keys: list) -> tuple[dict, list[int]]:
-    """(key -> the position it first appears at, in order of first appearance; each key's code)."""
-    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
-    ordered = dict.fromkeys(keys)
-    codes = {key: code for code, key in enumerate(ordered)}
-    return {key: first[key] for key in ordered}, list(map(codes.__getitem__, keys))
+def _distinct(keys: list) -> tuple[list[int], list[int]]:
+    """(the position each distinct key first appears at, in order of first appearance; each key's
+    code, its index in that list). Each key is hashed once: a stack's key is a tuple of a dozen ids,
+    whose hash Python does not keep."""
+    seen: dict = {}
+    firsts = list(map(seen.setdefault, keys, count()))  # each key's first position
+    code_of = dict(zip(seen.values(), count()))
+    return list(seen.values()), list(map(code_of.__getitem__, firsts))
 
 
 def _hashable(values: tuple) -> list:
@@ -213,13 +216,13 @@ class _Columns:
             if not set(map(type, values)) <= {kind}:
                 raise TypeError(name)
         first, group_codes = _distinct(_hashable(groups))
-        self.groups = [fields.group(entries[position]) for position in first.values()]
+        self.groups = [fields.group(entries[position]) for position in first]
         first, signature_codes = _distinct(list(map(marshal.dumps, zip(
             names, inputs, outputs, input_dtypes, output_dtypes, strict=True))))
-        self.signatures = [self._signature(entries[position]) for position in first.values()]
+        self.signatures = [self._signature(entries[position]) for position in first]
         frame_lists = list(map(_FRAMES, entries))
         first, stack_codes = _distinct(list(map(tuple, map(map, repeat(id), frame_lists))))
-        self.stacks = [_stack(frame_lists[position]) for position in first.values()]
+        self.stacks = [_stack(frame_lists[position]) for position in first]
         empty = self.stacks.index(()) if () in self.stacks else None
         signature = np.array(signature_codes, dtype=np.int32)
         is_p2p = np.array([item.is_p2p for item in self.signatures], dtype=np.bool_)

@@ -44,9 +44,12 @@ class PlainDataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("it asks for a persistent object")
 
 
-def load_plain_pickle(data: bytes, path: Path) -> Any:
-    """The plain data a pickle holds; UsageError naming ``path`` for anything else or a broken stream."""
-    if pickle_nesting_exceeds(data):
+def load_plain_pickle(data: bytes, path: Path, isolated: bool = False) -> Any:
+    """The plain data a pickle holds; UsageError naming ``path`` for anything else or a broken stream.
+    ``isolated``: the caller reads in a process of its own whose crash or stall costs only this file
+    (diagnose's workers), so the tuples are not walked first; unpickling or hashing what it holds may
+    then crash or stall that process, which the caller names. Any other caller leaves it False."""
+    if not isolated and pickle_nesting_exceeds(data):
         raise UsageError(f"{path}: refused to load: tuples nested more than {MAX_NESTING} deep or holding "
                          f"more than {MAX_HASHED_VALUES:,} values (hashing them would crash or never end)")
     # A peekable stream lets the C unpickler read ahead: three times faster than a bare BytesIO, which
@@ -106,14 +109,15 @@ def rank_from_name(path: Path) -> int | None:
     return int(found.group(1)) if found else None  # ASCII digits of a file name: at most 255 of them
 
 
-def decode(path: Path) -> tuple[str, dict]:
-    """(format, payload) from the file's bytes, whatever the file is called."""
+def decode(path: Path, isolated: bool = False) -> tuple[str, dict]:
+    """(format, payload) from the file's bytes, whatever the file is called (``isolated``: as for
+    load_plain_pickle)."""
     # gzip, as torch.profiler writes *.json.gz, inflated up to the same cap
     data = inflate(read_bytes(path, "recording", RECORDING_BYTES), path, "recording", RECORDING_BYTES)
     if not data.strip():
         raise UsageError(f"{path}: the file is empty")
     if data[:1] == b"\x80":  # pickle protocol 2 and later: what torch's Flight Recorder writes
-        payload = load_plain_pickle(data, path)
+        payload = load_plain_pickle(data, path, isolated)
         if isinstance(payload, dict) and "entries" in payload:
             return FLIGHT_RECORDER, payload
         raise UsageError(f"{path}: a pickle, but not a Flight Recorder dump (no 'entries')")
