@@ -3,6 +3,7 @@ no process starts, so each rule is judged in milliseconds, and every call still 
 torch.distributed as on any rank (rank 0 decides and broadcasts). What only several ranks show (rank 0
 deciding for the others) is tests/test_sampling.py's, on real groups of two."""
 
+import math
 import time
 
 import pytest
@@ -48,6 +49,11 @@ def _op(backend: TorchDistBackend, delay: float = 0.0) -> BoundOp:
         issue(backend, args)
 
     return BoundOp(backend, CollectiveArgs(input=buffer, output=buffer), slowed)
+
+
+# Precise at once: any interval is within it. A finite bound, even 10x the median, failed under load, when
+# one of a row's six microsecond samples was descheduled for milliseconds and more samples were taken.
+ANY_WIDTH = math.inf
 
 
 def _policy(**changes) -> SamplingPolicy:
@@ -100,7 +106,7 @@ def test_the_memory_budget_caps_async_windows_only(one_rank):
     (dict(max_iters=4), 4),  # an explicit --max-iters below it wins
 ])
 def test_precise_enough_at_once_an_adaptive_row_takes_its_fewest_samples(one_rank, changes, samples):
-    sampled = collect(_op(one_rank), "sync", _policy(precision=10.0, **changes), 0.0)
+    sampled = collect(_op(one_rank), "sync", _policy(precision=ANY_WIDTH, **changes), 0.0)
     assert (sampled.ops, _samples(sampled)) == (samples, samples)
 
 
@@ -119,15 +125,15 @@ def test_never_precise_enough_an_adaptive_row_stops_when_its_time_is_spent(one_r
 def test_adaptive_async_windows_hold_a_tenth_of_the_affordable_ops(one_rank):
     op = _op(one_rank)
     # 1 ms ops and 0.5 s afford 500: windows of 50, six of them (precise at once)
-    sampled = collect(op, "async", _policy(precision=10.0, time_per_size=0.5), 0.001)
+    sampled = collect(op, "async", _policy(precision=ANY_WIDTH, time_per_size=0.5), 0.001)
     assert (sampled.ops, _samples(sampled)) == (300, 6)
     # never precise: --max-iters 60 is windows of 6, ten of them
     sampled = collect(op, "async", _policy(precision=1e-12, max_iters=60), 0.0)
     assert (sampled.ops, _samples(sampled)) == (60, 10)
-    capped = collect(op, "async", _policy(precision=10.0, time_per_size=0.5), 0.001, max_window=7)
+    capped = collect(op, "async", _policy(precision=ANY_WIDTH, time_per_size=0.5), 0.001, max_window=7)
     assert (capped.ops, _samples(capped)) == (42, 6)
     ran = []
-    checked = collect(op, "async", _policy(precision=10.0, time_per_size=0.5), 0.001,
+    checked = collect(op, "async", _policy(precision=ANY_WIDTH, time_per_size=0.5), 0.001,
                       interlude=Interlude(5, lambda: ran.append(1)))
     assert (checked.ops, _samples(checked)) == (30, 6) and len(ran) == 6
 
