@@ -5,6 +5,7 @@ import math
 from dataclasses import fields
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -303,3 +304,26 @@ def test_a_damaged_packed_column_loads_or_is_one_line_naming_the_file(tmp_path_f
             assert type(row.collective) is str
             assert all(item is None or type(item) is float for item in row.samples_us)
 
+
+@settings(max_examples=30, deadline=None)
+@given(_rows(st.integers(1, 12), value=_savable), st.integers(1, 11))
+def test_rows_kept_as_columns_make_the_same_frame_as_the_rows_themselves(rows, split):
+    from pandas.testing import assert_frame_equal
+
+    from commbench.results.frame import pass_values, rows_frame
+
+    kept = RowColumns(RowBlock.of(rows[:split]))
+    kept.extend(RowBlock.of(rows[split:]) if rows[split:] else [])
+    try:
+        wanted = rows_frame(rows)
+    except (ValueError, TypeError, OverflowError) as error:  # a value pandas' column type cannot hold
+        with pytest.raises(type(error)):
+            rows_frame(kept)
+        return
+    found = rows_frame(kept)
+    lists = [name for name, (kind, _) in ROW_KINDS.items() if kind is list]
+    assert_frame_equal(found.drop(columns=lists), wanted.drop(columns=lists), check_exact=True)
+    for name in lists:  # NaN equal to NaN, each row's list its own
+        assert all(map(_equal, found[name], wanted[name]))
+        assert len({id(one) for one in found[name]}) == len(rows)
+    np.testing.assert_equal(pass_values(kept), pass_values(rows))  # NaN equal to NaN
