@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commbench.errors import UsageError
-from commbench.results.columns import PENDING_ROWS, Lists, Numbers, RowBlock, RowColumns, values_of
+from commbench.results.columns import PENDING_ROWS, Lists, Numbers, RowBlock, RowColumns, packed, values_of
 from commbench.results.model import ROW_KINDS, Row, RunMeta
 from commbench.results.saved import ROW_MINIMUMS, load_run
 from commbench.writers.files import ResultWriter
@@ -327,3 +327,21 @@ def test_rows_kept_as_columns_make_the_same_frame_as_the_rows_themselves(rows, s
         assert all(map(_equal, found[name], wanted[name]))
         assert len({id(one) for one in found[name]}) == len(rows)
     np.testing.assert_equal(pass_values(kept), pass_values(rows))  # NaN equal to NaN
+
+
+def test_a_column_in_both_same_and_each_is_each_rows_own_and_lists_must_fit_their_items(tmp_path):
+    import json
+
+    block = RowBlock.of([_row(index) for index in range(3)]).saved()
+    block["same"]["src_rank"] = 63  # each's values win, as in a row's object made of the two
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": 3, "meta": {}, "rows": [block]}))
+    rows = load_run(path).rows
+    assert [rows[index].src_rank for index in range(3)] == [0, 1, 2] == [row.src_rank for row in rows]
+    third = (2**64 + 6) // 3  # three lengths whose int64 sum wraps round to the 6 items there are
+    lengths = np.array([third, third, 2**64 + 6 - 2 * third], dtype="<i8")
+    assert lengths.sum() == 6 and len(block["each"]["samples_us"]["items"]["b64"]) == 32  # 6 x 4 bytes
+    block["each"]["samples_us"]["lengths"] = packed(lengths)
+    path.write_text(json.dumps({"schema": 3, "meta": {}, "rows": [block]}))
+    with pytest.raises(UsageError, match="samples_us's lengths are not those of its 6 items"):
+        load_run(path)

@@ -286,10 +286,12 @@ class Lists:
         if not (isinstance(saved, dict) and set(saved) == {"lengths", "items"}):
             raise ValueError(f"{what} is not lists as {{lengths: packed, items: packed numbers}}")
         lengths = unpacked(saved["lengths"], count, f"{what}'s lengths", WHOLE_DTYPES)
-        if len(lengths) and int(lengths.min()) < 0:
-            raise ValueError(f"{what}'s lengths include a negative one")
-        total = int(lengths.sum(dtype=np.int64))
-        return cls(lengths, Numbers.from_saved(saved["items"], total, True, f"{what}'s items"))
+        items = Numbers.from_saved(saved["items"], None, True, f"{what}'s items")
+        # each length within the items first, so that their sum (of at most count x items) cannot wrap
+        if len(lengths) and not 0 <= int(lengths.min()) <= int(lengths.max()) <= len(items.data) or \
+                int(lengths.sum(dtype=np.int64)) != len(items.data):
+            raise ValueError(f"{what}'s lengths are not those of its {len(items.data)} items")
+        return cls(lengths, items)
 
 
 Column = Numbers | Codes | Objects | Lists

@@ -176,7 +176,9 @@ def _block(item: dict[str, Any]) -> RowBlock:
             raise ValueError(f"a block of {count} rows has {shown(name)} {shown(values)}, not its values")
         elif name in ROW_KINDS:
             columns[name] = values
-    known = {name: _json_value(name, value) for name, value in same.items() if name in ROW_KINDS}
+    # a column in both is each row's own (as a row's object made of the two would have it)
+    known = {name: _json_value(name, value) for name, value in same.items()
+             if name in ROW_KINDS and name not in columns}
     block = RowBlock.from_saved(count, known, columns)
     for name, column in block.each.items():
         if not isinstance(columns[name], list):
