@@ -322,3 +322,29 @@ def test_a_row_without_times_pairs_without_a_ratio(two_runs, tmp_path, capsys):
     assert main(["compare", str(failed), str(a), "--markdown"]) == 0
     size = format_size(rejected["size_bytes"])
     assert f"| {size} | {rejected['mode']} | - | " in capsys.readouterr().out  # no base time, no change
+
+
+def test_fabric_runs_kept_as_blocks_compare_across_schemas_as_unchanged(tmp_path, capsys):
+    """A fabric soak's rows are read as blocks of columns (RowColumns), whose rows are made as they
+    are read; the kept schema-2 file (tests/test_load.py) against the same rows written by today's
+    writer (packed columns) is the same run: every point and collective unchanged."""
+    from commbench.analysis.compare import series_changes
+    from commbench.results.model import RunMeta
+    from commbench.writers.files import ResultWriter
+
+    old_path = Path(__file__).parent / "data" / "fabric-schema2.json"
+    old = load_run(old_path)
+    meta = RunMeta(**{name: value for name, value in old.meta.items()
+                      if name in RunMeta.__dataclass_fields__})
+    writer = ResultWriter(meta, tmp_path / "new.csv", tmp_path / "new.json")
+    for block in old.rows.blocks:
+        writer.add_block(block)
+    writer.finish("complete", old.meta["finished_at"])
+    assert json.loads((tmp_path / "new.json").read_text())["schema"] == 3
+    comparison = compare_runs(old, load_run(tmp_path / "new.json"))
+    assert len(comparison.pairs) == len({row.key() for row in old.rows}) > 2
+    assert all(pair.change is None or pair.change.ratio == 1.0 for pair in comparison.pairs)
+    assert [change.collective for change in series_changes(comparison)] and \
+        all(change.change.ratio == 1.0 for change in series_changes(comparison))
+    assert main(["compare", str(old_path), str(tmp_path / "new.json"), "--fail-above", "10"]) == 0
+    assert "regression gate (--fail-above 10%): passed" in capsys.readouterr().out

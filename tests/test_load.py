@@ -188,3 +188,30 @@ def test_a_fabric_result_of_the_first_schema_loads_and_concludes_as_it_said():
     assert [item.bandwidth_gbps for item in analysis.passes] == \
         [item["median_bandwidth_gbps"] for item in payload["fabric"]["passes"]]
     assert payload["fabric"]["verdict"][-1] in fabric_report_page([run], "no plots in this test")
+
+
+def test_a_fabric_result_of_the_second_schema_loads_and_concludes_as_it_said():
+    """tests/data/fabric-schema2.json is kept from a real run of commbench before a block's varying
+    numbers were packed arrays (commit f205f61: `commbench fabric --nproc 4 --size 64K --iters 3 --repeat 2
+    --quiet`): a fabric round's rows as one block whose varying columns are JSON lists, the matrices
+    their measured entries."""
+    from commbench.fabric.kind import fabric_report_page, load_analysis
+
+    path = ROOT / "tests" / "data" / "fabric-schema2.json"
+    payload = json.loads(path.read_text())
+    blocks = [item for item in payload["rows"] if "block_of" in item]
+    assert payload["schema"] == 2 and blocks and isinstance(blocks[0]["each"]["samples_us"], list)
+    run = load_run(path)
+    counted = sum(item.get("block_of", 1) for item in payload["rows"])
+    assert len(commbench.load(path)) == len(run.rows) == counted == 50
+    first = blocks[0]
+    for index in (0, first["block_of"] - 1):
+        wanted = {f.name: first["same"].get(f.name, f.default) for f in fields(Row)}
+        wanted.update({name: values[index] for name, values in first["each"].items()})
+        assert asdict(run.rows[index]) == wanted
+    analysis = load_analysis(run)
+    assert analysis.verdict_lines() == payload["fabric"]["verdict"]
+    for name in ("bandwidth_gbps", "latency_us", "host_bandwidth_gbps", "host_latency_us"):
+        found = getattr(analysis.matrices, name).to_dict()
+        assert {key: values.tolist() for key, values in found.items()} == payload["fabric"][name], name
+    assert payload["fabric"]["verdict"][-1] in fabric_report_page([run], "no plots in this test")

@@ -242,6 +242,20 @@ def test_bench_scale_prints_every_step_at_every_world_with_its_growth_and_the_ta
 
 
 @pytest.mark.benchmark_script
+def test_bench_results_file_writes_and_reads_back_a_full_pass_with_each_tree():
+    # this checkout as both trees: the script's two sides, each file written and read by its own code
+    out = run_script("bench_results_file.py", "--before", str(ROOT), "--world", "16")
+    sides = re.findall(r"^(before|after) \((.+)\): ([0-9,]+) rows; results\.json ([0-9,]+) B .*\n"
+                       r"  load_run: ([0-9,]+) rows in .*\n  commbench\.load: ([0-9,]+) rows in .*$", out,
+                       re.MULTILINE)
+    assert [side[0] for side in sides] == ["before", "after"], out
+    for _, _, rows, _, read, loaded in sides:
+        assert rows == read == loaded == "483"  # a full pass of 16 ranks, every row read back
+    assert re.search(r"^results\.json after / before: 1\.000 ", out, re.MULTILINE)
+    assert re.search(rf"^CPU seconds of all the processes: {NUMBER}; load average after: ", out, re.MULTILINE)
+
+
+@pytest.mark.benchmark_script
 def test_bench_spawn_prints_both_ways_side_by_side_with_their_ratios():
     out = run_script("bench_spawn.py", "--nproc", "2", "--rounds", "1")
     wall, cpu = rf"\s+({NUMBER})s\s+({NUMBER})s\s+({NUMBER})", rf"\s+({NUMBER})s\s+({NUMBER})s\s+({NUMBER})"

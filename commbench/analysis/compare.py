@@ -15,7 +15,7 @@ Points are matched by a join of the sides' frames (commbench.results.frame) on t
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,14 @@ class Side:
     """The files whose passes make one side of a comparison."""
 
     runs: tuple[SavedRun, ...]
+
+    def __post_init__(self) -> None:
+        # A file's blocks are read as columns whose rows are made on each reading: held here as lists
+        # once, so that a row is one object wherever the comparison meets it (series_changes finds a
+        # row's run by its identity).
+        held = tuple(run if isinstance(run.rows, list) else replace(run, rows=list(run.rows))
+                     for run in self.runs)
+        object.__setattr__(self, "runs", held)
 
     @property
     def label(self) -> str:

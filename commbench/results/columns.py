@@ -18,6 +18,8 @@ is how fabric's analysis reads two million rows without making a Row of each. A 
 block as its columns too (``saved``; docs/results.md).
 """
 
+import base64
+import binascii
 import bisect
 import math
 import operator
@@ -29,6 +31,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from commbench.core.untrusted import shown
 from commbench.results.model import ROW_KINDS, Row
 
 FIELDS = tuple(item.name for item in fields(Row))
@@ -36,6 +39,36 @@ _EVERY_FIELD = operator.attrgetter(*FIELDS)  # a row's values, in FIELDS order
 PENDING_ROWS = 256  # rows appended one by one are sealed into a block this many at a time
 THOUSANDTHS = 1000.0
 INT32 = 2**31 - 1
+# The dtypes of a packed array in results.json (numpy's names, little-endian): none others are read.
+WHOLE_DTYPES = ("|i1", "<i2", "<i4", "<i8")
+PACKED_DTYPES = (*WHOLE_DTYPES, "<f8", "|b1")
+
+
+def packed(data: np.ndarray) -> dict[str, str]:
+    """A numpy array as results.json holds it: {"dtype": its numpy name, little-endian, "b64": its
+    bytes in base64}."""
+    little = data.astype(data.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": little.dtype.str, "b64": base64.b64encode(little.tobytes()).decode("ascii")}
+
+
+def unpacked(saved: Any, count: int | None, what: str, dtypes: Sequence[str] = PACKED_DTYPES) -> np.ndarray:
+    """The array of a packed one (``packed``), read only, of ``count`` values when that is given;
+    ValueError naming ``what`` when it is not {"dtype", "b64"} of one of ``dtypes`` and that length."""
+    if not (isinstance(saved, dict) and set(saved) == {"dtype", "b64"} and saved["dtype"] in dtypes
+            and isinstance(saved["b64"], str)):
+        raise ValueError(f"{what} is not a packed array ({{dtype: one of {', '.join(dtypes)}, b64: text}})")
+    try:
+        data = base64.b64decode(saved["b64"].encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError(f"{what}: its b64 is not base64") from None
+    dtype = np.dtype(saved["dtype"])
+    if len(data) % dtype.itemsize or (count is not None and len(data) != count * dtype.itemsize):
+        found = f"{len(data) / dtype.itemsize:g}"
+        raise ValueError(f"{what} holds {found} values, not {count if count is not None else 'whole ones'}")
+    array = np.frombuffer(data, dtype=dtype)
+    if dtype == np.bool_ and array.view(np.uint8).max(initial=0) > 1:
+        raise ValueError(f"{what} holds a byte that is neither true nor false")
+    return array
 
 
 def _missing(values: Sequence) -> np.ndarray | None:
@@ -113,6 +146,39 @@ class Numbers:
         value = self.data[index].item()
         return value / THOUSANDTHS if self.thousandths else value
 
+    def saved(self) -> dict[str, Any]:
+        """{**packed(data), "thousandths": true if so, "none": packed(mask) if any}; a number that is not
+        finite is saved as None (JSON's null, as a row's own object holds it)."""
+        missing = self.missing
+        if self.floats and not self.thousandths:
+            infinite = ~np.isfinite(self.data)
+            if infinite.any():
+                missing = infinite if missing is None else missing | infinite
+        found: dict[str, Any] = packed(self.data if missing is None else np.where(missing, 0, self.data))
+        if self.thousandths:
+            found["thousandths"] = True
+        if missing is not None and missing.any():
+            found["none"] = packed(missing)
+        return found
+
+    @classmethod
+    def from_saved(cls, saved: Any, count: int | None, floats: bool, what: str) -> "Numbers":
+        """The numbers ``saved`` holds (ValueError when it is not their form): ints of an integer dtype,
+        floats as float64 or as whole thousandths."""
+        if not isinstance(saved, dict) or not {"dtype", "b64"} <= set(saved) <= \
+                {"dtype", "b64", "thousandths", "none"}:
+            raise ValueError(f"{what} is not packed numbers ({{dtype, b64, thousandths, none}})")
+        thousandths = saved.get("thousandths", False)
+        if type(thousandths) is not bool or thousandths and not floats:
+            wanted = "true or false" if floats else "false: the field holds whole numbers"
+            raise ValueError(f"{what}: thousandths is {shown(thousandths)}, not {wanted}")
+        dtypes = WHOLE_DTYPES if thousandths or not floats else ("<f8",)
+        data = unpacked({"dtype": saved["dtype"], "b64": saved["b64"]}, count, what, dtypes)
+        missing = None
+        if "none" in saved:
+            missing = unpacked(saved["none"], len(data), f"{what}'s none", ("|b1",))
+        return cls(data, floats, bool(thousandths), missing)
+
 
 @dataclass(frozen=True, slots=True)
 class Codes:
@@ -139,6 +205,23 @@ class Codes:
     def item(self, index: int) -> Any:
         return self.distinct[int(self.codes[index])]
 
+    def saved(self) -> dict[str, Any] | list:
+        """{"text": the distinct values, "codes": packed(codes)} for text; other values as a list."""
+        if not all(type(value) is str for value in self.distinct):
+            return self.decode()
+        return {"text": list(self.distinct), "codes": packed(self.codes)}
+
+    @classmethod
+    def from_saved(cls, saved: Any, count: int, what: str) -> "Codes":
+        text = saved.get("text") if isinstance(saved, dict) else None
+        if not (isinstance(text, list) and set(saved) == {"text", "codes"}
+                and all(type(value) is str for value in text)):
+            raise ValueError(f"{what} is not text as codes ({{text: [text, ...], codes: packed}})")
+        codes = unpacked(saved["codes"], count, f"{what}'s codes", WHOLE_DTYPES)
+        if len(codes) and not 0 <= int(codes.min()) <= int(codes.max()) < len(saved["text"]):
+            raise ValueError(f"{what}'s codes are not all positions in its {len(saved['text'])} texts")
+        return cls(codes, tuple(saved["text"]))
+
 
 @dataclass(frozen=True, slots=True)
 class Objects:
@@ -156,6 +239,9 @@ class Objects:
 
     def item(self, index: int) -> Any:
         return self.values[index]
+
+    def saved(self) -> list:
+        return list(self.values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +273,25 @@ class Lists:
     def item(self, index: int) -> list:
         start = int(self.lengths[:index].sum(dtype=np.int64))
         return [self.items.item(position) for position in range(start, start + int(self.lengths[index]))]
+
+    def saved(self) -> dict[str, Any] | list:
+        """{"lengths": packed(lengths), "items": the items as Numbers.saved} for lists of numbers; others
+        as a list of lists."""
+        if not isinstance(self.items, Numbers):
+            return self.decode()
+        return {"lengths": packed(self.lengths), "items": self.items.saved()}
+
+    @classmethod
+    def from_saved(cls, saved: Any, count: int, what: str) -> "Lists":
+        if not (isinstance(saved, dict) and set(saved) == {"lengths", "items"}):
+            raise ValueError(f"{what} is not lists as {{lengths: packed, items: packed numbers}}")
+        lengths = unpacked(saved["lengths"], count, f"{what}'s lengths", WHOLE_DTYPES)
+        items = Numbers.from_saved(saved["items"], None, True, f"{what}'s items")
+        # each length within the items first, so that their sum (of at most count x items) cannot wrap
+        if len(lengths) and not 0 <= int(lengths.min()) <= int(lengths.max()) <= len(items.data) or \
+                int(lengths.sum(dtype=np.int64)) != len(items.data):
+            raise ValueError(f"{what}'s lengths are not those of its {len(items.data)} items")
+        return cls(lengths, items)
 
 
 Column = Numbers | Codes | Objects | Lists
@@ -339,13 +444,34 @@ class RowBlock(Columnar):
 
     def saved(self) -> dict[str, Any]:
         """The block as results.json holds it: {"block_of": count, "same": {field: value}, "each": {field:
-        [a value per row]}} (docs/results.md); never without a list, so that a file holds a value for
-        every row it stands for."""
-        each = {name: column.decode() for name, column in self.each.items()}
+        its values}}, each column packed (numbers, text and lists of numbers: the columns' own arrays as
+        packed arrays) or a list of a value per row (docs/results.md); never without a column, so that a
+        file holds a value for every row it stands for."""
+        each: dict[str, Any] = {name: column.saved() for name, column in self.each.items()}
         same = dict(self.same)
         if not each:
             each[FIELDS[0]] = [same.pop(FIELDS[0])] * self.count
         return {"block_of": self.count, "same": same, "each": each}
+
+    @classmethod
+    def from_saved(cls, count: int, same: dict[str, Any], each: dict[str, Any]) -> "RowBlock":
+        """The block of a results.json's {"block_of": count, "same", "each"} whose every value is already
+        checked for its field (results/saved.py): each column packed (``saved``) or a list of a value per
+        row. ValueError naming the field when a packed column is not of its field's form or length."""
+        columns: dict[str, Column] = {}
+        for name, values in each.items():
+            packed_form = not isinstance(values, list)
+            columns[name] = _packed_column(name, values, count) if packed_form else _encode(name, values)
+        return cls(count, same, columns)
+
+
+def _packed_column(name: str, saved: Any, count: int) -> Column:
+    kind, _ = ROW_KINDS[name]
+    if kind is list:
+        return Lists.from_saved(saved, count, name)
+    if kind is str:
+        return Codes.from_saved(saved, count, name)
+    return Numbers.from_saved(saved, count, kind is float, name)
 
 
 class RowColumns(Columnar):

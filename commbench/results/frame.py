@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from commbench.results.columns import Columnar
 from commbench.results.model import Row
-from commbench.results.passes import pass_spread_pct, passes_by_key
+from commbench.results.passes import pass_spread_pct
 from commbench.results.saved import ROW_KINDS, SavedRun
 
 ROW_COLUMNS = list(ROW_KINDS)
@@ -32,9 +33,26 @@ PASS_COLUMNS = ["passes", "pass_spread_pct"]
 
 
 def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
-    """Rows as a frame with the Row columns only (one run's, or rows still being measured)."""
+    """Rows as a frame with the Row columns only (one run's, or rows still being measured); rows kept
+    as columns (a file's blocks) column by column, without a Row per row."""
+    if isinstance(rows, Columnar):
+        return pd.DataFrame({name: _frame_column(rows, name) for name in ROW_COLUMNS}).astype(ROW_DTYPES)
     records = [[getattr(row, name) for name in ROW_COLUMNS] for row in rows]
     return pd.DataFrame.from_records(records, columns=ROW_COLUMNS).astype(ROW_DTYPES)
+
+
+def _frame_column(rows: Columnar, name: str) -> np.ndarray | list:
+    """One field over ``rows`` as rows_frame's records would give it: a whole number exactly (float64
+    only while every one is within 2^53), a list its row's own."""
+    kind, _ = ROW_KINDS[name]
+    found = rows.values(name)
+    if kind is list:
+        return [list(value) for value in found.tolist()]
+    if kind is int and found.dtype == np.float64 and np.nanmax(np.abs(found), initial=0.0) > 2.0**53:
+        exact = np.empty(len(found), dtype=object)  # an object array: pandas keeps its ints as they are
+        exact[:] = [getattr(row, name) for row in rows]
+        return exact
+    return found
 
 
 def run_values(run: SavedRun) -> dict[str, Any]:
@@ -50,14 +68,19 @@ def run_values(run: SavedRun) -> dict[str, Any]:
             "cuda_version": versions.get("cuda")}
 
 
-def pass_values(rows: list[Row]) -> tuple[list[int | None], list[float | None]]:
+def pass_values(rows: Iterable[Row]) -> tuple[list[int | None], list[float | None]]:
     """Per row: how many passes its run measured of its key, and their spread (None for a row without
-    a time, and the spread for a key measured once)."""
-    groups = passes_by_key(rows)
-    found = {key: (len(group), pass_spread_pct([row.time_us_p50 for row in group]))
-             for key, group in groups.items()}
-    values = [found.get(row.key(), (None, None)) if row.time_us_p50 is not None and not row.error
-              else (None, None) for row in rows]
+    a time, and the spread for a key measured once). The rows are read once and none is held (a file's
+    blocks make each row as it is read): the key of each timed one, and each key's p50s."""
+    keys: list[tuple | None] = []
+    p50s: dict[tuple, list[float]] = {}
+    for row in rows:
+        timed = row.time_us_p50 is not None and not row.error  # as passes_by_key counts a pass
+        keys.append(row.key() if timed else None)
+        if timed:
+            p50s.setdefault(keys[-1], []).append(row.time_us_p50)
+    found = {key: (len(values), pass_spread_pct(values)) for key, values in p50s.items()}
+    values = [found[key] if key is not None else (None, None) for key in keys]
     return [count for count, _ in values], [spread for _, spread in values]
 
 

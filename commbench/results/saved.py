@@ -9,11 +9,13 @@ import csv
 import glob
 import io
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from types import NoneType
 from typing import Any, get_args, get_origin
+
+import numpy as np
 
 from commbench.core.untrusted import (
     INT64,
@@ -26,13 +28,14 @@ from commbench.core.untrusted import (
     shown,
 )
 from commbench.errors import UsageError
+from commbench.results.columns import Column, Lists, Numbers, RowBlock, RowColumns
 from commbench.results.model import ROW_KINDS, Row
 
 
 @dataclass
 class SavedRun:
     meta: dict[str, Any]
-    rows: list[Row]
+    rows: list[Row] | RowColumns  # RowColumns when the file holds blocks of rows (_rows)
     path: Path
     fits: list[dict[str, Any]] = field(default_factory=list)
 
@@ -123,42 +126,81 @@ def row_from_saved(saved: dict[str, Any], from_text: bool = False) -> Row:
     return Row(**{name: _json_value(name, value) for name, value in saved.items() if name in ROW_KINDS})
 
 
-def _rows(raw_rows: Iterable[Any], from_text: bool = False) -> list[Row]:
-    """Every saved row as a Row (a JSON's blocks of rows unpacked, _saved_rows); ValueError naming the
-    first bad one by its index."""
+def _rows(raw_rows: Iterable[Any], from_text: bool = False) -> "list[Row] | RowColumns":
+    """Every saved row as a Row: a list, or, when a JSON holds blocks of rows measured together, a
+    RowColumns that keeps each block as its columns (_block); ValueError naming the first bad row by
+    its index."""
     rows: list[Row] = []
+    kept: RowColumns | None = None  # from the first block on
     for item in raw_rows:
+        done = len(kept) if kept is not None else len(rows)
         try:
-            for raw in [item] if from_text else _saved_rows(item):
-                if not isinstance(raw, dict):
-                    raise TypeError(f"it is {shown(raw)}, not an object")
-                rows.append(row_from_saved(raw, from_text))
+            if not from_text and isinstance(item, dict) and "block_of" in item:
+                kept = RowColumns(rows) if kept is None else kept
+                kept.extend(_block(item))
+                continue
+            if not isinstance(item, dict):
+                raise TypeError(f"it is {shown(item)}, not an object")
+            row = row_from_saved(item, from_text)
+            (rows if kept is None else kept).append(row)
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"row {len(rows)}: {exc.args[0] if exc.args else exc}") from None
-    return rows
+            raise ValueError(f"row {done}: {exc.args[0] if exc.args else exc}") from None
+    return rows if kept is None else kept
 
 
-def _saved_rows(item: Any) -> Iterator[Any]:
-    """The saved rows of one item of a results.json's rows: a row's object as it is, or each row of a
-    block of rows measured together ({"block_of": count, "same": {field: value}, "each": {field: [a
-    value per row]}}, results/columns.py), its values checked by row_from_saved like any row's."""
-    if not (isinstance(item, dict) and "block_of" in item):
-        yield item
-        return
+def _block(item: dict[str, Any]) -> RowBlock:
+    """A block of rows measured together ({"block_of": count, "same": {field: value}, "each": {field: its
+    values}}, results/columns.py; docs/results.md), every value checked as a row's own would be: a
+    column in each is a list of a value per row, or packed (numbers, text, lists of numbers)."""
     count, same, each = item["block_of"], item.get("same"), item.get("each")
-    if type(count) is not int or not isinstance(same, dict) or not isinstance(each, dict) or not each:
+    if type(count) is not int or count < 0 or not isinstance(same, dict) or not isinstance(each, dict) \
+            or not each:
         raise TypeError("a block of rows is not {block_of: count, same: {...}, each: {field: [...]}}")
-    for name, values in each.items():
-        if not isinstance(values, list) or len(values) != count:
-            raise ValueError(f"a block of {count} rows has {shown(name)} {shown(values)}, not {count} values")
     # A list in same is only ever empty (RowBlock keeps a list there only when every row's is): a full
     # one would be copied into every row, a small file made into a large one.
     for name, value in same.items():
         if isinstance(value, list) and value:
             raise ValueError(f"a block of rows has {shown(name)} {shown(value)} for every row, not []")
-    for index in range(count):  # a list in same is each row's own
-        yield {**{name: [] if isinstance(value, list) else value for name, value in same.items()},
-               **{name: values[index] for name, values in each.items()}}
+    missing = [name for name in REQUIRED_FIELDS if name not in same and name not in each]
+    if missing:
+        raise KeyError(f"it lacks {', '.join(missing)}")
+    columns: dict[str, Any] = {}
+    for name, values in each.items():
+        if isinstance(values, list):
+            if len(values) != count:
+                raise ValueError(f"a block of {count} rows has {shown(name)} {shown(values)}, not {count} "
+                                 "values")
+            if name in ROW_KINDS:
+                columns[name] = [_json_value(name, value) for value in values]
+        elif not isinstance(values, dict):
+            raise ValueError(f"a block of {count} rows has {shown(name)} {shown(values)}, not its values")
+        elif name in ROW_KINDS:
+            columns[name] = values
+    # a column in both is each row's own (as a row's object made of the two would have it)
+    known = {name: _json_value(name, value) for name, value in same.items()
+             if name in ROW_KINDS and name not in columns}
+    block = RowBlock.from_saved(count, known, columns)
+    for name, column in block.each.items():
+        if not isinstance(columns[name], list):
+            _check_packed(name, column)
+    return block
+
+
+def _check_packed(name: str, column: Column) -> None:
+    """What _json_value asks of every value, asked of a packed column at once: None only where the
+    field allows it, numbers finite and whole ones within the field's bounds."""
+    kind, optional = ROW_KINDS[name]
+    numbers = column.items if isinstance(column, Lists) else column
+    if not isinstance(numbers, Numbers):
+        return
+    missing = numbers.missing
+    if missing is not None and kind is not list and not optional and missing.any():
+        raise ValueError(f"{name} is None, not {_NAMES[kind]}")
+    present = numbers.data if missing is None else numbers.data[~missing]
+    if numbers.floats and not numbers.thousandths and not np.isfinite(present).all():
+        raise ValueError(f"{name} is {shown(float(present[~np.isfinite(present)][0]))}, not a finite number")
+    if not numbers.floats and len(present) and int(present.min()) < ROW_MINIMUMS.get(name, -INT64):
+        _checked_number(name, int(present.min()))
 
 
 # The metadata readers use, with the type each must have when present (RunMeta writes them all).

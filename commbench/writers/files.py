@@ -47,7 +47,8 @@ from commbench.results.columns import RowBlock
 from commbench.results.model import CSV_COLUMNS, Row, RunMeta
 from commbench.results.saved import row_from_saved
 
-SCHEMA_VERSION = 2  # 2: rows measured together as blocks of columns; fabric's matrices as measured pairs
+SCHEMA_VERSION = 3  # 2: rows measured together as blocks of columns, fabric's matrices as measured pairs;
+# 3: a block's numbers, text and lists of numbers as packed arrays (docs/results.md)
 SPOOL_IN_MEMORY = 16 * 2**20  # bytes of row texts kept in memory before the spool moves to a file
 ARRAY_CHUNK = 2**16  # values of a numpy array turned into text at a time
 # Why a file could not grow, by the error the system gave.
