@@ -2,12 +2,14 @@
 interpreter (elsewhere, and with COMMBENCH_RANK_START=exec). Both ways run the same ranks."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from commbench.errors import UsageError
 from commbench.running.spawn import RANK_START_ENV, rank_start
-from tests.dist_helpers import commbench
+from tests.dist_helpers import commbench, launcherless_env
 
 
 @pytest.mark.parametrize("environ, platform, expected", [
@@ -49,3 +51,29 @@ def test_a_wrong_way_to_start_ranks_is_one_line_and_status_2(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "commbench: error: COMMBENCH_RANK_START='thread' is not a way to start ranks: fork or exec"]
     assert not list(tmp_path.iterdir())
+
+
+# A Ctrl-C that lands while the launcher starts the fork server, its handler set aside so that the server
+# inherits SIGINT ignored: it is held and raised once the handler is back, never lost.
+_CTRL_C_AS_THE_SERVER_STARTS = """
+import multiprocessing.forkserver, os, signal, time
+from commbench.running import spawn
+real = multiprocessing.forkserver.ensure_running
+def started_then_interrupted():
+    real()
+    os.kill(os.getpid(), signal.SIGINT)
+multiprocessing.forkserver.ensure_running = started_then_interrupted
+try:
+    spawn.forking_context()
+    time.sleep(2)
+    print("lost")
+except KeyboardInterrupt:
+    print("held, then raised")
+"""
+
+
+@pytest.mark.processes
+def test_a_ctrl_c_while_the_fork_server_starts_is_held_and_raised_not_lost():
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_AS_THE_SERVER_STARTS], capture_output=True,
+                          text=True, timeout=120, env=launcherless_env(), stdin=subprocess.DEVNULL)
+    assert done.stdout.strip() == "held, then raised", done.stdout + done.stderr

@@ -16,6 +16,7 @@ is why Python starts fresh interpreters there) and with COMMBENCH_RANK_START=exe
 
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import signal
 import socket
@@ -71,14 +72,24 @@ def rank_start(environ: dict[str, str] | None = None, platform: str = sys.platfo
 def forking_context() -> Any:
     """multiprocessing's forkserver, its server preloading torch and the modules a rank runs, started
     with SIGINT ignored: it shares the launcher's terminal, and a Ctrl-C in the seconds it imports torch
-    would print its traceback (the launcher forwards signals to the ranks, and a rank sets its own)."""
+    would print its traceback (the launcher forwards signals to the ranks, and a rank sets its own).
+
+    The server inherits the launcher's disposition, so the launcher ignores SIGINT while it starts the
+    server; it also blocks it, so that a Ctrl-C in that window is held, not lost (Linux never discards a
+    blocked signal as ignored), and arrives once the launcher's own handler is back. The server inherits
+    the block too; each rank unblocks it (rank_start.run_rank)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
+    # The server's start starts the resource tracker first, which unblocks SIGINT when it has: started
+    # beforehand, it leaves the block below alone.
+    multiprocessing.resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # an ignored signal stays ignored across exec
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C held meanwhile is delivered here
     return context
 
 
@@ -295,6 +306,7 @@ class _Supervisor:
 
 def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked in the server (forking_context)
     try:
         import torch
 
