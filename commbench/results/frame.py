@@ -37,11 +37,20 @@ def rows_frame(rows: Iterable[Row]) -> pd.DataFrame:
     as columns (a file's blocks) column by column, without a Row per row."""
     if isinstance(rows, Columnar):
         return pd.DataFrame({name: _frame_column(rows, name) for name in ROW_COLUMNS}).astype(ROW_DTYPES)
-    records = [[getattr(row, name) for name in ROW_COLUMNS] for row in rows]
-    return pd.DataFrame.from_records(records, columns=ROW_COLUMNS).astype(ROW_DTYPES)
+    rows = list(rows)
+    return pd.DataFrame({name: _records_column([getattr(row, name) for row in rows], name)
+                         for name in ROW_COLUMNS}, columns=ROW_COLUMNS).astype(ROW_DTYPES)
 
 
-def _frame_column(rows: Columnar, name: str) -> np.ndarray | list:
+def _records_column(values: list, name: str) -> list | pd.arrays.IntegerArray:
+    """One field over Row objects: a whole number that may be None straight into pandas' nullable
+    integers (through float64 it lost exactness past 2^53 and warned at each None)."""
+    if ROW_DTYPES.get(name) == "Int64":
+        return pd.array(values, dtype="Int64")
+    return values
+
+
+def _frame_column(rows: Columnar, name: str) -> np.ndarray | pd.arrays.IntegerArray | list:
     """One field over ``rows`` as rows_frame's records would give it: a whole number exactly (float64
     only while every one is within 2^53), a list its row's own."""
     kind, _ = ROW_KINDS[name]
@@ -52,6 +61,9 @@ def _frame_column(rows: Columnar, name: str) -> np.ndarray | list:
         exact = np.empty(len(found), dtype=object)  # an object array: pandas keeps its ints as they are
         exact[:] = [getattr(row, name) for row in rows]
         return exact
+    if kind is int and found.dtype == np.float64:  # NaN for None: pandas' nullable integers, no cast of NaN
+        missing = np.isnan(found)
+        return pd.arrays.IntegerArray(np.where(missing, 0.0, found).astype(np.int64), missing)
     return found
 
 
