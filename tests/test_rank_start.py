@@ -53,15 +53,19 @@ def test_a_wrong_way_to_start_ranks_is_one_line_and_status_2(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-# A Ctrl-C that lands while the launcher starts the fork server, its handler set aside so that the server
-# inherits SIGINT ignored: it is held and raised once the handler is back, never lost.
+# A Ctrl-C that lands while the launcher starts the fork server is raised once the server is up, never
+# lost. The launcher has a second thread (as torch's make): a process's signal goes to any thread not
+# blocking it, so blocking SIGINT in one thread while ignoring it lost the signal when the other thread
+# took it first (under load in the flake hunt; here the half second gives it the time).
 _CTRL_C_AS_THE_SERVER_STARTS = """
-import multiprocessing.forkserver, os, signal, time
+import multiprocessing.forkserver, os, signal, threading, time
 from commbench.running import spawn
+threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
 real = multiprocessing.forkserver.ensure_running
 def started_then_interrupted():
     real()
     os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)  # time for the other thread to take the signal
 multiprocessing.forkserver.ensure_running = started_then_interrupted
 try:
     spawn.forking_context()

@@ -15,10 +15,12 @@ import sys
 import threading
 import time
 
-# What the fork server imports once for every rank it forks: torch (seconds of CPU) and the modules every
-# rank runs. A module that fails to import there is imported by each rank instead, as before.
+# What the fork server imports once for every rank it forks: first how it takes SIGINT (server_signals),
+# then torch (seconds of CPU) and the modules every rank runs. A module that fails to import there is
+# imported by each rank instead, as before.
 ENTRY, ENTRY_MAIN = "commbench.__main__", "commbench.cli.main"  # what `python -m commbench` runs
-PRELOAD = ["torch", "torch.distributed", ENTRY_MAIN, "commbench.running.rank"]
+PRELOAD = ["commbench.running.server_signals", "torch", "torch.distributed", ENTRY_MAIN,
+           "commbench.running.rank"]
 
 _PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
 
@@ -77,7 +79,6 @@ def run_rank(rank: int, argv: list[str], environ: dict[str, str], launcher: int)
     _prctl(_PR_SET_NAME, f"commbench-r{rank}".encode()[:15])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # the server's start blocked it (spawn.py)
     os.environ.clear()
     os.environ.update(environ)
     stop_with(launcher)

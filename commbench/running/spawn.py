@@ -70,26 +70,22 @@ def rank_start(environ: dict[str, str] | None = None, platform: str = sys.platfo
 
 
 def forking_context() -> Any:
-    """multiprocessing's forkserver, its server preloading torch and the modules a rank runs, started
-    with SIGINT ignored: it shares the launcher's terminal, and a Ctrl-C in the seconds it imports torch
-    would print its traceback (the launcher forwards signals to the ranks, and a rank sets its own).
+    """multiprocessing's forkserver, its server preloading torch and the modules a rank runs.
 
-    The server inherits the launcher's disposition, so the launcher ignores SIGINT while it starts the
-    server; it also blocks it, so that a Ctrl-C in that window is held, not lost (Linux never discards a
-    blocked signal as ignored), and arrives once the launcher's own handler is back. The server inherits
-    the block too; each rank unblocks it (rank_start.run_rank)."""
+    The server shares the launcher's terminal. It is started with SIGINT blocked, in this thread, which
+    it inherits: its first import (server_signals) ignores SIGINT and lets it through, so a Ctrl-C in the
+    seconds it imports torch prints no traceback. Here the signal keeps its handler: a Ctrl-C while the
+    server starts is held (or taken by another thread of this process) and raised once it is up, never
+    lost, as it was when this process ignored SIGINT itself to have the server inherit that."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
-    # The server's start starts the resource tracker first, which unblocks SIGINT when it has: started
-    # beforehand, it leaves the block below alone.
+    # The server's start would start the resource tracker, whose start unblocks SIGINT: started first.
     multiprocessing.resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # an ignored signal stays ignored across exec
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C held meanwhile is delivered here
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C held meanwhile is raised here
     return context
 
 
@@ -306,7 +302,6 @@ class _Supervisor:
 
 def _function_rank(fn: Callable, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked in the server (forking_context)
     try:
         import torch
 
