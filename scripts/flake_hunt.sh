@@ -55,8 +55,12 @@ started=$SECONDS
 for run in $(seq 1 "$runs"); do
     log="$workdir/run-$run.log"
     run_started=$SECONDS
-    # its own process group, so that an interrupted run's ranks go with it
-    setsid "$python" -m pytest -q -p no:cacheprovider -rf "$@" >"$log" 2>&1 &
+    # its own process group, so that an interrupted run's ranks go with it; SIGINT at its default, as in
+    # a foreground run (a command this script starts with & would start with SIGINT ignored, and the
+    # tests of what Ctrl-C does would see a process that ignores it)
+    setsid "$python" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])' -m pytest -q -p no:cacheprovider -rf "$@" \
+        >"$log" 2>&1 &
     pytest_pid=$!
     wait "$pytest_pid"
     code=$?

@@ -14,6 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
+# The interpreter as a terminal's shell starts a foreground command: SIGINT at its default, whatever this
+# process was given. A script's `cmd &` (no job control) starts cmd with SIGINT ignored, its children
+# inherit that and Python keeps it, so a test of what Ctrl-C does starts its command through this.
+FOREGROUND_PYTHON = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, "
+                     "signal.SIG_DFL); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+
+
 def launcherless_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without a launcher's variables (a test may be run under one), plus ``env``."""
     clean = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}

@@ -40,7 +40,7 @@ from commbench.writers.console import (
     run_table,
     straggler_line,
 )
-from tests.dist_helpers import ROOT, launcherless_env
+from tests.dist_helpers import FOREGROUND_PYTHON, ROOT, launcherless_env
 from tests.process_helpers import wait_for_rows
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -264,9 +264,9 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.processes
 def test_ctrl_c_while_the_fork_server_imports_torch_exits_130_without_a_traceback():
-    proc = subprocess.Popen([sys.executable, "-m", "commbench", "--sizes", "1K"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=launcherless_env(), cwd=ROOT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen([*FOREGROUND_PYTHON, "-m", "commbench", "--sizes", "1K"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=launcherless_env(),
+                            cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
     server = None
     try:
         deadline = time.monotonic() + 60

@@ -59,6 +59,7 @@ def test_a_wrong_way_to_start_ranks_is_one_line_and_status_2(tmp_path):
 # took it first (under load in the flake hunt; here the half second gives it the time).
 _CTRL_C_AS_THE_SERVER_STARTS = """
 import multiprocessing.forkserver, os, signal, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, whatever the runner ignores
 from commbench.running import spawn
 threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
 real = multiprocessing.forkserver.ensure_running
