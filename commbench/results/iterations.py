@@ -143,7 +143,7 @@ def spikes(found: Iterations, groups: Sequence[Sequence[int]] | None = None) -> 
     nothing, however far out a sample lies. So a sample at least SPIKE_OVER_USUAL times the rank's
     usual worst (its USUAL_WORST quantile, the sample at or below it) is a spike too."""
     times = found.times
-    if times.shape[1] < 2:
+    if not times.shape[0] or times.shape[1] < 2:  # one sample a rank has nothing to stand out from
         return []
     centres = [robust_spread(mine) for mine in times]  # each rank against its own samples
     slow = np.array([slow_mask(mine, median, log_sigma, LATENCY, SPIKE_FACTOR)
