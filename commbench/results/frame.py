@@ -57,11 +57,9 @@ def _frame_column(rows: Columnar, name: str) -> np.ndarray | pd.arrays.IntegerAr
     found = rows.values(name)
     if kind is list:
         return [list(value) for value in found.tolist()]
-    if kind is int and found.dtype == np.float64 and np.nanmax(np.abs(found), initial=0.0) > 2.0**53:
-        exact = np.empty(len(found), dtype=object)  # an object array: pandas keeps its ints as they are
-        exact[:] = [getattr(row, name) for row in rows]
-        return exact
-    if kind is int and found.dtype == np.float64:  # NaN for None: pandas' nullable integers, no cast of NaN
+    if kind is int and found.dtype == np.float64:  # NaN for None: pandas' nullable integers
+        if np.nanmax(np.abs(found), initial=0.0) > 2.0**53:  # past float64's whole numbers: the rows' own
+            return _records_column([getattr(row, name) for row in rows], name)
         missing = np.isnan(found)
         return pd.arrays.IntegerArray(np.where(missing, 0.0, found).astype(np.int64), missing)
     return found
