@@ -31,6 +31,8 @@ from tests.process_helpers import alive
     (",".join(["1K"] * (MAX_SIZES + 1)), f"holds {MAX_SIZES + 1:,} sizes"),
     (str(2**63), "above the largest size commbench measures, 1 PiB"),
     ("9" * 400, "above the largest size commbench measures, 1 PiB"),
+    ("9" * 21 + "." + "0" * 400, "above the largest size commbench measures, 1 PiB"),  # quoted short
+    ("1." + "0" * 5000, "too many digits"),  # past the digits Python makes a number of
     ("1025T", "above the largest size"),
     ("1K:1M:xnan", "must be a finite number above 1"),
     ("1K:1M:xinf", "must be a finite number above 1"),
@@ -40,6 +42,33 @@ def test_sizes_beyond_the_limits_are_one_line_usage_errors(spec, message):
     with pytest.raises(UsageError, match=message) as raised:
         parse_sizes(spec)
     assert "\n" not in str(raised.value) and len(str(raised.value)) < 300
+
+
+def test_a_range_of_one_size_too_many_is_refused_before_it_is_built():
+    # 2^(0.005 k) for k = 0..10,000 reaches 1024T exactly: 10,001 sizes, counted as such though the
+    # logarithms' ratio comes out a hair below 10,000 in floating point
+    factor = 2**0.005
+    built, size = 0, 1.0
+    while size <= 1024**5 * (1 + 1e-12):
+        built, size = built + 1, size * factor
+    assert built == MAX_SIZES + 1
+    with pytest.raises(UsageError, match=f"holds {MAX_SIZES + 1:,} sizes"):
+        parse_sizes(f"1:1024T:x{factor!r}")
+
+
+def test_exactly_the_most_sizes_one_run_measures_are_accepted():
+    assert len(parse_sizes(f"1:{MAX_SIZES}:+1")) == MAX_SIZES
+    assert len(parse_sizes(",".join(["1K"] * MAX_SIZES))) == MAX_SIZES
+
+
+def test_a_refused_size_list_is_quoted_whole_when_short_and_by_its_start_when_long():
+    with pytest.raises(UsageError) as raised:
+        parse_sizes("1:1T:+1")
+    assert str(raised.value).startswith("--sizes '1:1T:+1' holds")
+    long_list = ",".join(["1K"] * (MAX_SIZES + 1))
+    with pytest.raises(UsageError) as raised:
+        parse_sizes(long_list)
+    assert str(raised.value).startswith("--sizes '1K,1K,1K,") and long_list not in str(raised.value)
 
 
 def test_sizes_within_the_limits_still_parse():
