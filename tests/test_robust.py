@@ -113,3 +113,14 @@ def test_numpy_arrays_are_judged_as_the_lists_they_hold():
     as_list = slow_mask(peers, *robust_spread(peers), BANDWIDTH, 2.0)
     as_array = slow_mask(np.array(peers), *robust_spread(np.array(peers)), BANDWIDTH, 2.0)
     assert as_list.tolist() == as_array.tolist() == [False] * 4 + [True]
+
+
+def test_a_value_past_a_ratio_of_1e308_is_infinitely_slow_and_says_nothing():
+    # a latency of 1e300 against a median of 1e-30 overflows the ratio: the rule takes it as infinitely
+    # far (slow), quietly, since a warning would land in the middle of a user's table
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert slow_mask([1e300], 1e-30, 0.0, LATENCY, 2.0).tolist() == [True]
+        assert slow_mask([1e-300], 1e300, 0.0, BANDWIDTH, 2.0).tolist() == [True]

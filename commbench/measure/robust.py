@@ -42,7 +42,8 @@ def _log_distance(values: np.ndarray, median: float) -> np.ndarray:
     """ln(value / median) of every value, both floored. The ratio is taken first: a value equal to the
     median is exactly 0 away (numpy's vectorised log and math.log may differ in the last bit, which put a
     lone value 1e-16 from itself)."""
-    with np.errstate(over="ignore"):  # a ratio past 1e308 is infinitely far: inf, as it should be
+    # a ratio past 1e308 is infinitely far, one below 1e-308 is 0 and its logarithm -inf: as it should be
+    with np.errstate(over="ignore", divide="ignore"):
         return np.log(np.maximum(values, FLOOR) / max(median, FLOOR))
 
 
