@@ -55,6 +55,13 @@ def test_a_summary_is_numpy_s_statistics_of_the_samples(values):
     assert summary.cv == pytest.approx(deviation / float(array.mean()), rel=1e-9, abs=1e-12)
 
 
+def test_the_spread_of_samples_below_a_second_is_relative_to_their_mean():
+    # times are seconds: nearly every mean is below 1, and its cv must still be stdev / mean
+    values = [0.25e-3, 0.75e-3, 0.5e-3]
+    assert summarize(values).cv == pytest.approx(float(np.std(values, ddof=1) / np.mean(values)), rel=1e-12)
+    assert summarize(values).cv == pytest.approx(0.5, rel=1e-12)
+
+
 def test_a_summary_of_zeros_has_no_spread_relative_to_its_mean_and_no_relative_interval():
     summary = summarize([0.0] * 10)
     assert summary.cv == 0.0 and summary.ci95_rel is None
