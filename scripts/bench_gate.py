@@ -13,7 +13,8 @@ a loop of its own, which the ranks share), then judges with commbench's own comp
   the samples within one pass, p < 0.05): its false alarms.
 
 Prints counts and PASS or FAIL per target, and the load average before and after (the machine is
-shared: the rates move with its load). Files go to --workdir (a temporary folder by default).
+shared: the rates move with its load). Files go to --workdir (a temporary folder by default). Exit
+status 1 when a target fails at --repeat's passes (the five-pass lines are shown for comparison).
 
     python scripts/bench_gate.py [--comparisons 20] [--repeat 10] [--sizes 1K:256K] [--iters 20]
 """
@@ -119,18 +120,23 @@ def measure(options: argparse.Namespace, folder: Path) -> tuple[list[SavedRun], 
     return unchanged, slowed, seconds
 
 
-def report(options: argparse.Namespace, unchanged: list[SavedRun], slowed: list[SavedRun]) -> list[str]:
+def report(options: argparse.Namespace, unchanged: list[SavedRun],
+           slowed: list[SavedRun]) -> tuple[list[str], bool]:
+    """The lines to print, and whether every target was met at --repeat's passes."""
     total = options.comparisons
+    met = True
     pairs = [(unchanged[2 * i], unchanged[2 * i + 1]) for i in range(total)]
     lines = []
     for passes in sorted({options.repeat, min(5, options.repeat)}, reverse=True):
         false_alarms = sum(_gate_fails(_passes(a, passes), _passes(b, passes)) for a, b in pairs)
         caught = sum(_gate_fails(_passes(a, passes), _passes(s, passes))
                      for (a, _), s in zip(pairs, slowed, strict=True))
-        lines.append(f"{passes} passes: false alarms {false_alarms} of {total} "
-                     f"[{_verdict(false_alarms, total, TARGET_FALSE, True)}: at most 1 in 20]; "
-                     f"busy-core slowdown caught {caught} of {total} "
-                     f"[{_verdict(caught, total, TARGET_CAUGHT, False)}: at least 19 in 20]")
+        quiet = _verdict(false_alarms, total, TARGET_FALSE, True)
+        catches = _verdict(caught, total, TARGET_CAUGHT, False)
+        if passes == options.repeat:
+            met = quiet == catches == "PASS"
+        lines.append(f"{passes} passes: false alarms {false_alarms} of {total} [{quiet}: at most 1 in 20]; "
+                     f"busy-core slowdown caught {caught} of {total} [{catches}: at least 19 in 20]")
         by_factor = {factor: sum(_gate_fails(_passes(a, passes), _passes(b, passes, factor))
                                  for a, b in pairs) for factor in FACTORS}
         reliable = [factor for factor, count in by_factor.items() if count >= TARGET_CAUGHT * total]
@@ -140,10 +146,10 @@ def report(options: argparse.Namespace, unchanged: list[SavedRun], slowed: list[
     old = sum(_old_gate_fails(a, b) for a, b in pairs)
     lines.append(f"commbench 0.1's gate (samples of one pass, Mann-Whitney p < 0.05) on the same unchanged "
                  f"pairs: false alarms {old} of {total}")
-    return lines
+    return lines, met
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--comparisons", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=10)
@@ -159,14 +165,16 @@ def main() -> None:
     print(f"load average before: {_load()}; {3 * options.comparisons} runs of --repeat {options.repeat} "
           f"into {folder}", flush=True)
     unchanged, slowed, seconds = measure(options, folder)
-    for line in report(options, unchanged, slowed):
+    lines, met = report(options, unchanged, slowed)
+    for line in lines:
         print(line)
     print(f"wall time per run: unchanged {seconds['unchanged'] / (2 * options.comparisons):.1f} s, slowed "
           f"{seconds['slowed'] / options.comparisons:.1f} s; load average after: {_load()}")
     (folder / "summary.json").write_text(json.dumps({"options": vars(options), "seconds": seconds}))
     if options.workdir is None:
         shutil.rmtree(folder)
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

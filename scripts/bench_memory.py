@@ -9,15 +9,18 @@ gloo ranks, each measurement in fresh processes:
 - bare torch: the peak of a plain program that allocates the same two buffers and calls the same
   torch.distributed function as often, nothing else.
 
-Target: commbench peak - baseline <= 1.1 x the rank's input + output bytes. The bare-torch column shows
-what the collective itself needs beyond its buffers (gloo copies through a temporary the size of the
-larger buffer for all-gather and reduce-scatter; NCCL works in place on the device).
+Target: commbench peak - baseline <= 1.1 x the rank's input + output bytes, or, where the collective
+itself needs more (bare torch's growth above that), <= 1.1 x bare torch's growth: what commbench adds
+is judged, not what the backend needs. The bare-torch column shows what the collective itself needs
+beyond its buffers (gloo copies through a temporary the size of the larger buffer for all-gather and
+reduce-scatter; NCCL works in place on the device). Exit status 1 when a collective misses the target.
 
     python scripts/bench_memory.py [--size 1G] [--ranks 2]
 """
 
 import argparse
 import resource
+import sys
 
 import torch
 import torch.distributed as dist
@@ -34,6 +37,7 @@ from commbench.writers.output import NullOutput
 
 COLLECTIVES = ["all_gather_base", "reduce_scatter_base", "all_to_all_single"]
 ITERS, WARMUP = 3, 1
+TARGET = 1.1  # commbench's growth over the larger of the buffers and bare torch's growth
 
 
 def _resident_bytes() -> int:
@@ -84,7 +88,16 @@ def _worst(per_rank: list[dict]) -> tuple[int, int]:
     return worst["peak"] - worst["baseline"], worst["buffers"]
 
 
-def main() -> None:
+def judge(commbench: int, bare: int, buffers: int) -> str:
+    """PASS when commbench's growth is within 1.1x the buffers, or within 1.1x bare torch's larger one."""
+    if commbench <= TARGET * buffers:
+        return "PASS"
+    if commbench <= TARGET * bare:
+        return "PASS (the collective's own: bare torch grows as much)"
+    return "FAIL"
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1G")
     parser.add_argument("--ranks", type=int, default=2)
@@ -93,14 +106,16 @@ def main() -> None:
     mib = 2**20
     print(f"{format_size(size)} on {options.ranks} gloo ranks: growth over the baseline, worst rank, MiB")
     print(f"{'collective':<21}{'buffers':>9}{'commbench':>11}{'ratio':>7}{'bare torch':>12}{'ratio':>7}"
-          f"{'cb/bare':>9}  target: commbench ratio <= 1.10")
+          f"{'cb/bare':>9}  target: commbench <= {TARGET:.2f} x the larger of buffers and bare torch")
+    verdicts = []
     for name in COLLECTIVES:
         ours, buffers = _worst(run_on_local_ranks(_measure, options.ranks, name, size, False))
         bare, _ = _worst(run_on_local_ranks(_measure, options.ranks, name, size, True))
-        verdict = "ok" if ours <= 1.1 * buffers else "over (see bare torch)"
+        verdicts.append(judge(ours, bare, buffers))
         print(f"{name:<21}{buffers / mib:>9.0f}{ours / mib:>11.0f}{ours / buffers:>7.2f}{bare / mib:>12.0f}"
-              f"{bare / buffers:>7.2f}{ours / bare:>9.3f}  {verdict}")
+              f"{bare / buffers:>7.2f}{ours / bare:>9.3f}  {verdicts[-1]}")
+    return 1 if "FAIL" in verdicts else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,13 +8,15 @@ round also runs the bare loop a second time: that control's ratio to the first (
 of the machine, since the two loops are the same code. Ratios are paired per round (each round's medians)
 and the median over rounds is printed, so drift between rounds cancels.
 Targets on 2 gloo ranks: <= 1.02 at 64 KiB and above, <= 1.05 at 1 KiB. A ratio over its target by no
-more than the A/A control's distance from 1 is marked "noise": the machine cannot resolve it.
+more than the A/A control's distance from 1 is marked "noise": the machine cannot resolve it. Exit
+status 1 when a ratio is OVER its target beyond that noise.
 
     python scripts/bench_overhead.py [--ranks 2] [--rounds 9] [--ops 200]
 """
 
 import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -86,7 +88,21 @@ def _measure(rank: int, world_size: int, rounds: int, ops: int) -> dict:
     return medians
 
 
-def main() -> None:
+def target(size: int) -> float:
+    return 1.05 if size < 64 * 1024 else 1.02
+
+
+def judge(size: int, ratio: float, control: float) -> str:
+    """'ok' within the size's target, 'noise' over it by no more than the A/A control is off 1, else 'OVER'.
+
+    Judged as printed (three decimals), so a line never reads 1.020 against 1.02 and OVER."""
+    ratio, control = round(ratio, 3), round(control, 3)
+    if ratio <= target(size):
+        return "ok"
+    return "noise" if ratio - 1 <= abs(control - 1) else "OVER"
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=9)
@@ -96,19 +112,13 @@ def main() -> None:
     print(f"{options.ranks} gloo ranks, {options.rounds} rounds x {options.ops} ops per loop; ratios of"
           " per-round medians, median over rounds")
     print(f"{'collective':<22}{'size':>10}{'raw µs':>10}{'commbench/raw':>15}{'A/A':>8}{'target':>8}")
+    verdicts = []
     for (name, size), (raw, ratio, control) in medians.items():
-        # Judged as printed (three decimals), so a line never reads 1.020 against 1.02 and OVER.
-        ratio, control = round(ratio, 3), round(control, 3)
-        target = 1.05 if size < 64 * 1024 else 1.02
-        if ratio <= target:
-            verdict = "ok"
-        elif ratio - 1 <= abs(control - 1):
-            verdict = "noise"
-        else:
-            verdict = "OVER"
-        print(f"{name:<22}{size:>10}{raw * 1e6:>10.1f}{ratio:>15.3f}{control:>8.3f}{target:>8.2f}"
-              f" {verdict}")
+        verdicts.append(judge(size, ratio, control))
+        print(f"{name:<22}{size:>10}{raw * 1e6:>10.1f}{ratio:>15.3f}{control:>8.3f}{target(size):>8.2f}"
+              f" {verdicts[-1]}")
+    return 1 if "OVER" in verdicts else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

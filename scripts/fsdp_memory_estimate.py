@@ -7,7 +7,8 @@ the run's machinery, no model to speak of). Printed side by side per configurati
 measured peak above the baseline, and their ratio.
 
 Target: measured / estimate between 0.6 and 1.05 for every configuration: the estimate is meant as an
-upper bound a run is refused by, and one far above what a run takes would refuse runs that fit.
+upper bound a run is refused by, and one far above what a run takes would refuse runs that fit. Each
+row ends PASS or FAIL against it; exit status 1 when a row fails.
 
     python scripts/fsdp_memory_estimate.py [--model gpt2-small] [--layers N] [--configs fsdp2,...]
 """
@@ -23,6 +24,7 @@ from commbench.patterns.config import FsdpConfig
 from commbench.patterns.estimate import fsdp_memory
 
 RANKS = 2
+TARGET = (0.6, 1.05)  # measured / estimate
 CONFIGS = {
     "fsdp2": [],
     "fsdp2 --check": ["--check"],
@@ -57,7 +59,12 @@ def config_of(model: str, layers: int | None, args: list[str]) -> FsdpConfig:
     return replace(config, param_dtype=values.get("--param-dtype"), reduce_dtype=values.get("--reduce-dtype"))
 
 
-def main() -> None:
+def judge(measured: int, estimate: int) -> str:
+    low, high = TARGET
+    return "PASS" if low <= round(measured / estimate, 2) <= high else "FAIL"  # judged as printed
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2-small")
     parser.add_argument("--layers", type=int, default=None, help="cut the model to its first N layers")
@@ -67,14 +74,18 @@ def main() -> None:
     model = ["--model", options.model] + ([] if options.layers is None else ["--layers", str(options.layers)])
     baseline = peak_bytes(["--model", "tiny"], options.output_dir)
     print(f"baseline (tiny model): {approximate_bytes(baseline)} per rank")
-    print(f"{'configuration':34} {'estimate':>10} {'measured':>10} {'measured/estimate':>18}")
+    print(f"{'configuration':34} {'estimate':>10} {'measured':>10} {'measured/estimate':>18}  "
+          f"target {TARGET[0]:g} to {TARGET[1]:g}")
+    verdicts = []
     for name in options.configs.split(","):
         args = CONFIGS[name]
         estimate = fsdp_memory(config_of(options.model, options.layers, args), RANKS, "cpu").total
         measured = peak_bytes([*model, *args], options.output_dir) - baseline
+        verdicts.append(judge(measured, estimate))
         print(f"{name:34} {approximate_bytes(estimate):>10} {approximate_bytes(measured):>10} "
-              f"{measured / estimate:>18.2f}")
+              f"{measured / estimate:>18.2f}  {verdicts[-1]}")
+    return 1 if "FAIL" in verdicts else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,8 @@
 """The docs hold together: the README stays a short first read, every relative link and #anchor in the
-README and docs/ resolves, every page of docs/ is reachable from the README, and the commands and
-options the docs show exist in commbench's command line.
+README and docs/ resolves, every page of docs/ is reachable from the README, the commands and options
+the docs show exist in commbench's command line, and every figure measured on a machine names the
+script that measured it or says that none did (the convention of docs/performance.md, "Where the
+figures come from").
 
 Pure: reads Markdown files and click's command tree; starts no process.
 """
@@ -29,6 +31,12 @@ WORD = re.compile(r"[a-z0-9][a-z0-9_-]*")  # a command word: run, pattern, 3d, .
 LONG_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 ALWAYS_VALID = {"--help", "--version"}  # click's, on every command
 SCHEMES = ("http://", "https://", "mailto:")
+# A paragraph that says where a figure was measured: the machine's load, the project's 2-core VM, ...
+MEASURED_HERE = re.compile(r"load\s+average[^.;:`]{0,12}\d|2-core\s+(?:shared\s+)?(?:VM|machine|development)|"
+                           r"shared\s+VM|two\s+(?:shared\s+|busy\s+)?cores|idle\s+machine", re.IGNORECASE)
+SCRIPT = re.compile(r"scripts/([\w.-]+\.(?:py|sh))")
+SCRIPT_COMMAND = re.compile(r"scripts/([\w.-]+\.(?:py|sh))([^`\n]*)")
+NO_SCRIPT = re.compile(r"\bno\s+script\b")  # a figure no script produces says so
 
 
 def without_code(markdown: str) -> str:
@@ -133,6 +141,66 @@ def every_option(command: click.Command) -> set[str]:
     return found
 
 
+def blocks(markdown: str) -> list[tuple[str, str]]:
+    """A page's blocks in order, each ("prose", text), ("shown", a table or a fenced block) or
+    ("heading", text); blocks are separated by blank lines."""
+    found = []
+    text = FENCED_BLOCK.sub("```fenced```", markdown)
+    for block in re.split(r"\n[ \t]*\n", text):
+        lines = [line for line in block.splitlines() if line.strip()]
+        prose = [line for line in lines if not line.lstrip().startswith(("|", "#", "```fenced```"))]
+        if prose:
+            found.append(("prose", "\n".join(prose)))
+        elif lines:
+            found.append(("heading" if lines[0].startswith("#") else "shown", "\n".join(lines)))
+    return found
+
+
+def paragraphs(markdown: str) -> list[str]:
+    """A page's prose paragraphs: fenced blocks, tables and headings left out."""
+    return [text for kind, text in blocks(markdown) if kind == "prose"]
+
+
+def unsourced_figures(markdown: str) -> list[str]:
+    """Each paragraph that says where a figure was measured (outside inline code: a quoted output is not
+    the docs' own claim) but names no script and does not say there is none, nor does the paragraph
+    that introduces the table or output it follows."""
+    problems = []
+    introducer, shown_since = "", False
+    for kind, text in blocks(markdown):
+        if kind == "heading":
+            introducer, shown_since = "", False
+            continue
+        if kind == "shown":
+            shown_since = True
+            continue
+        prose = INLINE_CODE.sub(lambda match: "" if MEASURED_HERE.search(match.group(1)) else match.group(0),
+                                text)
+        sources = [text, introducer] if shown_since else [text]
+        sourced = any(SCRIPT.search(each) or NO_SCRIPT.search(each) for each in sources)
+        if MEASURED_HERE.search(prose) and not sourced:
+            problems.append(" ".join(text.split())[:100])
+        if not shown_since:
+            introducer = text
+        shown_since = False
+    return problems
+
+
+def script_problems(markdown: str, root: Path) -> list[str]:
+    """Each `scripts/NAME` that does not exist, and each option shown after it that its source lacks."""
+    problems = []
+    for fragment in [*code_fragments(markdown), *paragraphs(markdown)]:
+        for name, rest in SCRIPT_COMMAND.findall(fragment):
+            script = root / "scripts" / name
+            if not script.exists():
+                problems.append(f"scripts/{name}: no such script")
+                continue
+            source = script.read_text()
+            problems.extend(f"scripts/{name}: no option {option}" for option in LONG_OPTION.findall(rest)
+                            if f'"{option}"' not in source and option not in ALWAYS_VALID)
+    return list(dict.fromkeys(problems))  # an inline command is both a fragment and part of a paragraph
+
+
 # --- the checks on the helpers themselves: a broken doc must be caught ---------------------------
 
 def test_github_slugs_follow_githubs_rules():
@@ -151,6 +219,25 @@ def test_a_missing_file_or_heading_is_reported(tmp_path):
     assert link_problems(page) == ["page.md: missing.md: no such file",
                                    "page.md: other.md#nope: no heading #nope in other.md",
                                    "page.md: #gone: no heading #gone in page.md"]
+
+
+def test_a_figure_measured_here_without_its_script_is_reported():
+    page = ("Measured on the 2-core VM (load average 7): 29 s.\n\n"
+            "`python scripts/bench_spawn.py --nproc 2` on this machine (load average 4.4, shared):\n\n"
+            "| ranks | wall |\n|---|---|\n| 2 | 13.3 s |\n\n"
+            "Both ways on an idle machine took 3 s, as the table's script measured.\n\n"
+            "Again on an idle machine: 2.9 s, where no table came between.\n\n"
+            "By hand (no script) at load average 3: 24 s.\n\n"
+            "A note `explain: load average 9.62` the run printed is output, not a claim.\n")
+    assert [problem[:20] for problem in unsourced_figures(page)] == ["Measured on the 2-co",
+                                                                      "Again on an idle mac"]
+
+
+def test_a_missing_script_or_an_option_it_lacks_is_reported():
+    page = ("`python scripts/bench_spawn.py --nproc 2 --rounds 1` and `python scripts/bench_spawn.py "
+            "--ranks 2`\n\n```\nbash scripts/no_such.sh\n```\n")
+    assert script_problems(page, ROOT) == ["scripts/no_such.sh: no such script",
+                                           "scripts/bench_spawn.py: no option --ranks"]
 
 
 def test_unknown_commands_and_options_are_reported():
@@ -231,3 +318,13 @@ def test_commbench_help_shows_every_option_of_a_plain_run(capsys):
     run_options = option_names(cli.commands["run"])
     assert [option for option in sorted(run_options) if option not in shown] == []
     assert "Commands:" in shown and "pattern" in shown
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "scripts" / "README.md"], ids=lambda page: page.name)
+def test_every_figure_measured_on_a_machine_names_its_script_or_says_there_is_none(page):
+    assert unsourced_figures(page.read_text()) == []
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "scripts" / "README.md"], ids=lambda page: page.name)
+def test_every_script_the_docs_name_exists_and_takes_the_options_shown(page):
+    assert script_problems(page.read_text(), ROOT) == []
