@@ -189,3 +189,85 @@ def test_reported_time_per_message_and_per_one_way_trip():
     assert REGISTRY["p2p_uni"].time_scale(_layout(4, 2, 0, window=16)) == 1 / 16
     assert REGISTRY["ping"].time_scale(_layout(4, 2, 0, window=16)) == 1.0
     assert REGISTRY["ping_pong"].modes == ("sync",)
+
+
+def test_a_uniform_size_means_whole_elements_in_each_chunk_of_the_larger_buffer():
+    spec = parse_splits("spread:0.5")  # only v-collectives read it
+    # 1000 bytes of float32 over 3 ranks: a reduce-scatter's input holds 3 chunks of 83 elements (996
+    # bytes); an all-reduce's one buffer 250 elements; a barrier moves nothing
+    planned = REGISTRY["reduce_scatter_base"].plan_size(1000, 3, 4, spec)
+    assert (planned.count_per_rank, planned.size_bytes) == (83, 996)
+    planned = REGISTRY["all_reduce"].plan_size(1000, 3, 4, spec)
+    assert (planned.count_per_rank, planned.size_bytes) == (250, 1000)
+    planned = REGISTRY["all_gather_base"].plan_size(4096, 4, 2, spec)
+    assert (planned.count_per_rank, planned.size_bytes) == (512, 4096)
+    assert REGISTRY["barrier"].plan(4096, 4, 4) == (0, 0)
+    planned = REGISTRY["barrier"].plan_size(4096, 4, 4, spec)
+    assert (planned.count_per_rank, planned.size_bytes) == (0, 0)
+
+
+def test_a_layout_s_buffers_come_from_the_implementation_s_allocator_when_it_has_one():
+    asked = []
+
+    def allocate(count, dtype, device):
+        asked.append((count, dtype, device))
+        return torch.full((count,), 7, dtype=dtype, device=device)
+
+    layout = Layout(6, 3, 0, 0, torch.float64, CPU, allocate=allocate)
+    chunks = layout.chunks()
+    assert asked == [(6, torch.float64, CPU)] * 3
+    assert [chunk.tolist() for chunk in chunks] == [[7.0] * 6] * 3
+    plain = Layout(6, 2, 0, 0, torch.int16, CPU).empty(5)
+    assert (plain.dtype, plain.device, plain.numel()) == (torch.int16, CPU, 5)
+
+
+def test_chunks_of_given_lengths_are_consecutive_views_of_one_tensor():
+    from commbench.measure.collectives.base import offsets, views
+
+    assert offsets((3, 0, 2)) == [0, 3, 3]
+    assert offsets([]) == []
+    flat = torch.arange(5.0)
+    parts = views(flat, (3, 0, 2))
+    assert [part.tolist() for part in parts] == [[0.0, 1.0, 2.0], [], [3.0, 4.0]]
+    parts[2][0] = 30.0
+    assert flat[3].item() == 30.0  # a view, not a copy
+
+
+def test_the_buffers_options_are_the_call_s_fields_of_the_same_names():
+    from commbench.backends.base import CollectiveArgs
+    from commbench.measure.collectives.base import Buffers
+
+    buffers = Buffers(input="in", output="out", peer=3, send_peer=4, recv_peer=5, leads=True, window=6,
+                      input_splits=[1, 2], output_splits=[3, 4])
+    args = CollectiveArgs(**buffers.call_options())
+    for name in ("input", "output", "peer", "send_peer", "recv_peer", "leads", "window", "input_splits",
+                 "output_splits"):
+        assert getattr(args, name) == getattr(buffers, name), name
+
+
+def test_check_values_fill_this_rank_s_inputs_and_poison_its_outputs():
+    from commbench.measure.values import CheckValues
+
+    values = CheckValues(torch.float32, "sum", 2, CPU)
+    filled = {}
+    for rank in (0, 1):
+        layout = _layout(4, 2, rank)
+        buffers = REGISTRY["all_gather_base"].build(layout)
+        REGISTRY["all_gather_base"].fill(layout, buffers, values)
+        filled[rank] = buffers.input.tolist()
+        assert buffers.input.tolist() == values.source(rank, 0, 4).to(torch.float32).tolist()
+        assert not torch.isin(buffers.output, buffers.input).any()  # the output holds the poison only
+    assert filled[0] != filled[1]  # each rank its own values
+
+
+def test_a_collective_registers_once_under_its_name():
+    from commbench.measure.collectives.base import register
+
+    toy = REGISTRY["all_reduce"].__class__(**{**REGISTRY["all_reduce"].__dict__, "name": "toy_registered"})
+    try:
+        assert register(toy) is toy and REGISTRY["toy_registered"] is toy
+        with pytest.raises(ValueError, match="'toy_registered' is already registered"):
+            register(toy)
+        assert REGISTRY["toy_registered"] is toy
+    finally:
+        REGISTRY.pop("toy_registered", None)
