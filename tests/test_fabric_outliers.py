@@ -145,6 +145,78 @@ def test_a_host_whose_intra_node_all_reduce_is_slow_is_named():
     assert "intra-node all_reduce" in suspects[0].evidence[0] and suspects[0].ranks == [2, 3]
 
 
+def _every_pair(hostnames: list[str], value) -> dict[tuple[int, int], float]:
+    return {(src, dst): value(src, dst) for src in range(len(hostnames)) for dst in range(len(hostnames))
+            if src != dst}
+
+
+def test_a_host_slow_on_latency_is_named_in_ping_pongs_against_the_other_hosts():
+    # four hosts of one rank, h3's ping-pongs at 80 us and the rest at 8: h3's score is 80, the others' 8
+    hostnames = _hosts(4, 1)
+    values = {"latency": _every_pair(hostnames, lambda src, dst: 80.0 if 3 in (src, dst) else 8.0)}
+    suspects, _ = find_suspects(values, hostnames, [], 2.0)
+    assert [suspect.to_dict() for suspect in suspects] == [{
+        "kind": "host", "name": "h3", "hosts": ["h3"], "ranks": [3], "score": 0.1,
+        "evidence": ["host h3: its 6 inter-node ping-pongs at a median 80.0 µs, 10.00x the median of the "
+                     "other hosts (8.0 µs); 6 of 6 are outliers on their own"]}]
+    assert [basis.against for basis in suspects[0].bases] == ["the median of the other hosts"]
+
+
+def test_a_host_named_on_bandwidth_explains_a_rank_of_it_slow_on_latency():
+    # h1 (ranks 4-7) slow across hosts on bandwidth; on latency only its rank 5 is slow, a quarter of
+    # h1's measurements, which leaves h1's host medians alone: h1 is named once, and nothing more
+    hostnames = _hosts(4, 4)
+    values = {
+        "bandwidth": _every_pair(hostnames, lambda src, dst: 40.0 if hostnames[src] == hostnames[dst]
+                                 else 1.0 if "h1" in (hostnames[src], hostnames[dst]) else 10.0),
+        "latency": _every_pair(hostnames, lambda src, dst: (2.0 if hostnames[src] == hostnames[dst] else 8.0)
+                               * (10.0 if 5 in (src, dst) else 1.0))}
+    suspects, _ = find_suspects(values, hostnames, [], 2.0)
+    assert [(suspect.label, suspect.evidence) for suspect in suspects] == [("host h1", [
+        "host h1: its 96 inter-node transfers at a median 1.000 GB/s, 0.10x the median of the other hosts "
+        "(10.000 GB/s); 96 of 96 are outliers on their own"])]
+
+
+def test_a_rank_named_on_bandwidth_is_not_blamed_again_on_latency():
+    # one host of four ranks, rank 0 slow on both: its bandwidth names it; on latency it explains its own
+    # measurements, so no second sentence (and no link from them)
+    hostnames = _hosts(1, 4)
+    values = {"bandwidth": _every_pair(hostnames, lambda src, dst: 1.0 if 0 in (src, dst) else 10.0),
+              "latency": _every_pair(hostnames, lambda src, dst: 20.0 if 0 in (src, dst) else 2.0)}
+    suspects, _ = find_suspects(values, hostnames, [], 2.0)
+    assert [(suspect.label, suspect.evidence) for suspect in suspects] == [("rank 0 (h0)", [
+        "rank 0 (h0): its 6 intra-node transfers at a median 1.000 GB/s, 0.10x the median of the other ranks "
+        "(10.000 GB/s); 6 of 6 are outliers on their own"])]
+    assert drain_list(suspects) == ["h0"]
+    # an excused host that ran no rank of this run changes nothing
+    again, _ = find_suspects(values, hostnames, [], 2.0, frozenset({"h9"}))
+    assert [suspect.to_dict() for suspect in again] == [suspect.to_dict() for suspect in suspects]
+
+
+def test_only_the_intra_node_all_reduces_of_hosts_not_excused_are_compared():
+    hostnames = _hosts(4, 2)
+    values = {"bandwidth": _every_pair(hostnames, lambda src, dst: 40.0 if hostnames[src] == hostnames[dst]
+                                       else 10.0)}
+    nodes = [NodeResult("intra-node", f"h{index}", 2, 6.0 if index == 1 else 30.0, 100.0)
+             for index in range(4)]
+    nodes += [NodeResult("intra-node", "h5", 2, None, 100.0),  # no bandwidth measured: left out
+              NodeResult("inter-node", "", 4, 1.0, 100.0)]  # across hosts: no one host's
+    suspects, _ = find_suspects(values, hostnames, nodes, 2.0)
+    assert [suspect.to_dict() for suspect in suspects] == [{
+        "kind": "host", "name": "h1", "hosts": ["h1"], "ranks": [2, 3], "score": 0.2,
+        "evidence": ["host h1: its intra-node all_reduce at 6.000 GB/s bus bandwidth, 0.20x the median of 4 "
+                     "hosts (30.000 GB/s)"]}]
+    assert drain_list(suspects) == ["h1"]
+    # excused (too few CPUs), h1 is neither named nor a reference: the other three agree
+    excused, _ = find_suspects(values, hostnames, nodes, 2.0, frozenset({"h1"}))
+    assert excused == []
+    # a host that ran no listed rank (here h3 of four ranks on two hosts) is still named, with no ranks
+    slow_h3 = [NodeResult("intra-node", f"h{index}", 2, 6.0 if index == 3 else 30.0, 100.0)
+               for index in range(4)]
+    (named,), _ = find_suspects({}, _hosts(2, 2), slow_h3, 2.0)
+    assert (named.name, named.hosts, named.ranks) == ("h3", ["h3"], [])
+
+
 def test_fewer_than_three_peers_judge_nothing():
     hostnames = _hosts(2, 1)  # one pair: two measurements per metric
     values = _fabric(hostnames, 1.0)
@@ -283,7 +355,7 @@ def test_a_host_named_on_its_one_all_reduce_is_confirmed_on_the_all_reduces_and_
     analysis = analyse(again, hostnames, 2.0)
     assert analysis.suspects == []
     (measured,) = analysis.transients[0].measured
-    assert measured.what == "intra-node all_reduce"
+    assert measured.what == "intra-node all_reduce" and measured.against == "the median of 4 hosts"
     assert measured.ratios == pytest.approx((3.0 / 9.0, 8.5 / 9.0))
 
 
