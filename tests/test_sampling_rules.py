@@ -171,3 +171,110 @@ def test_a_region_is_capped_by_the_interlude_and_in_async_by_the_memory_budget()
 def test_a_sample_of_several_ranks_lasts_as_long_as_its_slowest():
     sampled = Sampled([[1.0, 5.0], [3.0, 2.0]], 2)
     assert sampled.slowest == [3.0, 5.0]
+
+
+# --- the rules at their edges, and what collect hands on ---------------------------------------------
+
+def test_warm_up_may_take_exactly_its_share_and_ends_when_the_latest_op_stopped_falling():
+    from commbench.measure.sampling import warming_done
+
+    # --time-per-size 10: the share is 2 s; a probe of 1 s and an op of 0.5 s, one more at 0.5 s makes
+    # exactly 2 s (not past it), and the op fell by half: warm-up goes on
+    assert warming_done([1.0, 0.5], _policy(time_per_size=10.0)) is False
+    assert warming_done([1.0, 0.5, 0.5], _policy(time_per_size=10.0)) is True  # 2.5 s: past the share
+    roomy = _policy(time_per_size=100.0)
+    assert warming_done([1.0, 0.9], roomy) is True  # exactly 10% faster than the op before: steady
+    assert warming_done([1.0, 0.89], roomy) is False
+    assert warming_done([1.0, 0.9, 0.5], roomy) is False  # the latest op, not the first after the probe
+
+
+def test_adaptive_warm_up_reports_the_latest_op_s_own_time(one_rank):
+    ran, latest = warm_up_for(_op(one_rank, delay=0.001), _policy(warmup=3), 1e-6)
+    assert 1 <= ran <= 3 and 0.001 <= latest < 1.0  # the op's seconds, not a clock reading
+
+
+def test_on_cpu_a_sample_s_host_seconds_are_the_sample_and_arrivals_are_apart(one_rank):
+    sampled = collect(_op(one_rank, delay=0.001), "sync", _policy(fixed_iters=5), 0.0)
+    (seconds,), (host,), (arrivals,) = (sampled.per_rank_seconds, sampled.per_rank_host_seconds,
+                                        sampled.per_rank_arrivals)
+    assert list(host) == list(seconds)
+    # each op arrives after the ones before it have taken their milliseconds
+    assert all(later - earlier >= 0.001 for earlier, later in zip(arrivals, arrivals[1:], strict=False))
+
+
+def test_a_fixed_barrier_opens_every_op_only_when_the_policy_asks(one_rank):
+    class CountingBarriers(TorchDistBackend):
+        barriers = 0
+
+        def barrier(self) -> None:
+            CountingBarriers.barriers += 1
+            super().barrier()
+
+    backend = CountingBarriers("gloo", torch.device("cpu"))
+    for per_iter, barriers in ((False, 1), (True, 1 + 4)):
+        CountingBarriers.barriers = 0
+        collect(_op(backend), "sync", _policy(fixed_iters=4, barrier_per_iter=per_iter), 0.0)
+        assert CountingBarriers.barriers == barriers
+
+
+def test_adaptive_sync_samples_are_single_synchronous_ops_judged_on_their_seconds(one_rank, monkeypatch):
+    from commbench.measure import sampling
+
+    asked, answers = [], [1, 0]  # after the fewest samples: one more, then stop
+
+    def next_batch(samples, taken, most, ops_per_sample, policy):
+        asked.append((list(samples), taken, ops_per_sample))
+        return answers.pop(0)
+
+    monkeypatch.setattr(sampling, "next_batch", next_batch)
+    op = _op(one_rank)
+    issued = []
+    issue = op.issue
+
+    def recording(backend, args):
+        issued.append(args.async_op)
+        issue(backend, args)
+
+    op = BoundOp(one_rank, op.args, recording)
+    sampled = collect(op, "sync", _policy(), 0.0)
+    (seconds,) = sampled.per_rank_seconds
+    assert (sampled.ops, len(seconds)) == (7, 7)  # 6, then the batch of one
+    assert issued == [False] * 7  # each op synchronous, none in an async window
+    assert [(taken, ops) for _, taken, ops in asked] == [(6, 1), (7, 1)]
+    assert asked[0][0] == list(seconds[:6]) and asked[1][0] == list(seconds)  # the seconds, not arrivals
+
+
+def test_a_cuda_graph_row_is_the_replays_of_its_graph(one_rank, monkeypatch):
+    """The graph's timing needs a GPU; what collect makes of it does not."""
+    from commbench.measure import sampling
+    from commbench.measure.timing import TimedRegion
+
+    graphs = []
+
+    def time_cuda_graph(op, ops, replays):
+        graphs.append((op, ops, replays))
+        return TimedRegion([0.5 * (k + 1) for k in range(replays)], [0.25] * replays, [0.75] * replays)
+
+    monkeypatch.setattr(sampling, "time_cuda_graph", time_cuda_graph)
+    op = _op(one_rank)
+    for fixed, ops in ((None, 20), (8, 8)):
+        graphs.clear()
+        sampled = collect(op, "sync", _policy(fixed_iters=fixed, cuda_graph_replays=3), 0.0)
+        assert graphs == [(op, ops, 3)]
+        assert sampled.ops == ops * 3
+        assert [list(values[0]) for values in (sampled.per_rank_seconds, sampled.per_rank_arrivals,
+                                               sampled.per_rank_host_seconds)] == [
+            [0.5, 1.0, 1.5], [0.25] * 3, [0.75] * 3]
+
+
+def test_a_batch_stops_when_the_interval_is_exactly_the_precision_and_counts_on_without_a_median():
+    from commbench.measure.sampling import next_batch
+
+    # six samples: the median's 95% interval is the smallest to the largest (P(Bin(6, 1/2) = 0) = 1/64
+    # <= 2.5% < P(<= 1) = 7/64), here [1, 3] about a median of 1: a half-width of exactly 1.0 x the median
+    samples = [1.0, 1.0, 1.0, 1.0, 1.0, 3.0]
+    assert next_batch(samples, 6, 1000, 1, _policy(precision=1.0, time_per_size=1e6)) == 0
+    assert next_batch(samples, 6, 1000, 1, _policy(precision=0.99, time_per_size=1e6)) > 0
+    # times of 0 (a clock too coarse for the op) have no relative interval and cost no time: as many
+    # again as were taken
+    assert next_batch([0.0] * 6, 6, 1000, 1, _policy()) == 6
