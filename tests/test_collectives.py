@@ -219,6 +219,9 @@ def test_a_layout_s_buffers_come_from_the_implementation_s_allocator_when_it_has
     assert [chunk.tolist() for chunk in chunks] == [[7.0] * 6] * 3
     plain = Layout(6, 2, 0, 0, torch.int16, CPU).empty(5)
     assert (plain.dtype, plain.device, plain.numel()) == (torch.int16, CPU, 5)
+    # on the layout's device, not torch's default one (the meta device stands in for a GPU here)
+    elsewhere = Layout(6, 2, 0, 0, torch.int16, torch.device("meta")).empty(5)
+    assert (elsewhere.dtype, elsewhere.device.type, elsewhere.numel()) == (torch.int16, "meta", 5)
 
 
 def test_chunks_of_given_lengths_are_consecutive_views_of_one_tensor():
