@@ -279,3 +279,16 @@ def test_a_saved_library_version_in_odd_digits_is_explained(tmp_path, capsys):
     run.write_text(json.dumps(payload))
     code, stderr = run_cli(capsys, "explain", run)
     assert code == 0 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("world_size", [-1, -7])
+def test_a_saved_world_size_below_one_is_explained_as_no_ranks_not_a_crash(world_size):
+    # found by test_properties' damaged results files: explain bounded an empty list of ranks
+    from commbench.provenance.explain.engine import explain_run
+    from commbench.provenance.explain.text import console_line
+    from tests.explain_helpers import cpu_host, row, run_meta
+
+    meta = run_meta({"h": cpu_host()}, {"h": 2}, backend="gloo")
+    meta["world_size"] = world_size
+    [series] = explain_run(meta, [row("all_reduce", 2, 1 << 20, 1.0, backend="gloo")])
+    assert console_line(series).endswith("no bound: the run recorded no ranks")

@@ -244,9 +244,11 @@ def scope_of(meta: Mapping[str, Any], collective: str, busbw_factor: float, base
     groups = _groups(meta, world)
     group = groups[0]
     missing = ""
-    if not hostnames or any(rank >= len(hostnames) for rank in group):
+    counts: Counter[str] = Counter()
+    if not group:  # a world size below 1 (a damaged file): no rank to bound
+        missing = "the run recorded no ranks"
+    elif not hostnames or any(rank >= len(hostnames) for rank in group):
         missing = "the run recorded no host names"
-        counts: Counter[str] = Counter()
     else:
         counts = Counter(hostnames[rank] for rank in group)
     spanning = [{hostnames[rank] for rank in ranks} for ranks in groups if hostnames
