@@ -155,7 +155,6 @@ def statistics_note(comparison: RunComparison) -> str:
 class Verdict:
     """What the gate found over every comparison of one command."""
 
-    comparisons: int
     allow_unjudged: bool = False  # points the gate cannot judge are named but do not fail it
     slowdowns: list[str] = field(default_factory=list)  # the points', then the collectives'
     collectives: int = 0  # of the slowdowns, how many are a collective's points taken together
@@ -266,7 +265,7 @@ def compare_command(paths: list[str], fail_above: float | None, significance_lev
     base, news = _sides(paths, list(base_paths or []))
     check_comparable(base + [run for side in news for run in side])  # fabric compares only with fabric
     out = Printer(markdown)
-    verdict = Verdict(len(news), allow_unjudged)
+    verdict = Verdict(allow_unjudged)
     for new in news:
         comparison = compare_runs(base, new, significance_level)
         show_comparison(out, comparison)
