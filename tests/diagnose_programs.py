@@ -253,9 +253,23 @@ def streams(rank: int, world_size: int) -> None:
             print("streaming", flush=True)
 
 
+def capture(root: Path) -> None:
+    """Every job of JOBS run once, its dumps kept in ``root``/NAME: tests/data/diagnose/ (its README says
+    how they were made), which the fast tests of the diagnose engine read."""
+    for name, (job, ranks, form) in JOBS.items():
+        if (root / name).exists():
+            raise SystemExit(f"{root / name} exists: remove it first")
+        codes = run_job(job, ranks, root / name, form=form)
+        print(f"{name}: exit codes {codes}")
+
+
 def main(argv: list[str]) -> None:
     """One rank of ``streams``, as a test host (tests/netns.py) runs it: ``python -m
-    tests.diagnose_programs RANK WORLD_SIZE STORE_HOST:PORT OUT_DIR DUMP_AFTER_S``."""
+    tests.diagnose_programs RANK WORLD_SIZE STORE_HOST:PORT OUT_DIR DUMP_AFTER_S``; or ``python -m
+    tests.diagnose_programs capture DIR``: every job's dumps kept in DIR."""
+    if argv[:1] == ["capture"]:
+        capture(Path(argv[1]))
+        return
     rank, world_size, store, out_dir, dump_after_s = argv
     _rank_main(streams, int(rank), int(world_size), store, out_dir,
                (float(dump_after_s), 2000, PICKLE_WITHOUT_STACKS))
