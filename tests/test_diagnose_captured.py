@@ -118,6 +118,23 @@ def test_stalls_name_a_pipeline_a_crosswise_coalesce_and_a_dead_rank():
     assert "send or recv (gloo records none)" in verdict.findings[1].reading
 
 
+def test_a_collective_only_one_rank_issues_is_extra_and_a_tie_names_both_sides():
+    verdict = verdict_of("splits")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == (tuple(range(5)), 5, ())
+    assert findings(verdict) == [(classes.MISMATCH, "1:extra", (0,), classes.EXTRA, 2, ""),
+                                 (classes.MISMATCH, "2:tie", (3, 4), classes.DIFFERENT_COLLECTIVE, 2, "")]
+    extra, tie = verdict.findings
+    assert "rank 0 issued #2 all_reduce" in extra.reading and "ranks 1-2 never reached" in extra.reading
+    assert [(ranks, side.op, side.sizes) for ranks, side in tie.sides] == [
+        ((3,), "all_reduce", "4"), ((4,), "all_gather", "4 -> 2x4")]
+    assert "no majority" in tie.reading
+    assert groups(verdict) == {
+        "extra": ((0, 1, 2), False, 0, (2, "all_reduce"), [((0,), 2, "all_reduce", ""),
+                                                          ((1, 2), 1, "all_reduce", "")]),
+        "tie": ((3, 4), False, 0, (2, "all_reduce"), [((3,), 2, "all_reduce", ""),
+                                                     ((4,), 2, "all_gather", "")])}
+
+
 def test_a_dump_left_out_is_missing_and_the_rest_still_judged(tmp_path):
     for path in (CAPTURED / "desyncs").iterdir():
         if path.name != "fr_rank_6":
