@@ -135,6 +135,62 @@ def test_a_collective_only_one_rank_issues_is_extra_and_a_tie_names_both_sides()
                                                      ((4,), 2, "all_gather", "")])}
 
 
+def _line(marker: str) -> int:
+    """The line of tests/diagnose_programs.py that holds ``marker`` (where a job issued a collective)."""
+    lines = (Path(__file__).parent / "diagnose_programs.py").read_text().splitlines()
+    return next(index for index, line in enumerate(lines, 1) if marker in line)
+
+
+def test_every_reading_names_the_ranks_the_collective_its_sizes_and_where_the_others_are():
+    skipped_at = _line("# rank 7 takes another path past this one")  # rank 6's #2; rank 7's is the next
+    others = "busy outside communication, or in a send or recv (gloo records none); look at their stacks"
+    expected = {
+        "desyncs": [
+            "different collective at #2 of group 1:differs: rank 2 all_gather [4 -> 3x4] Float where "
+            "ranks 0-1 "
+            "all_reduce [4] Float: a code path that differs by rank",
+            "rank 7 skipped a collective in group 3:skips: its #2 came from "
+            f"diagnose_programs.py:{skipped_at + 1} "
+            f"desyncs where rank 6 issued #2 from diagnose_programs.py:{skipped_at} desyncs, and rank "
+            "6 went on "
+            "to #3",
+            "rank 5 never entered #2 all_reduce [4] Float of group 2:stuck, which ranks 3-4 entered: in no "
+            f"collective the recorder holds: {others}"],
+        "mismatches": [
+            "different size at #2 of group 1:size: rank 2 all_reduce [16] Float where ranks 0, 3 "
+            "all_reduce [8] "
+            "Float: a code path that differs by rank",
+            "different dtype at #2 of group 2:dtype: rank 5 all_reduce [8] Double where ranks 6-7 "
+            "all_reduce [8] "
+            "Float: a code path that differs by rank",
+            "ranks 1, 4 of group 0:default_pg left no dump: dead or unreachable; the others reached "
+            "#1 all_reduce "
+            "[4] Float (completed)"],
+        "stalls": [
+            "different size at #1 of group 2:coalesced: rank 6 all_reduce [6, 5] Float where ranks 4-5 "
+            "all_reduce [5, 6] Float: a code path that differs by rank",
+            "ranks 1-2 never entered #2 all_reduce [4] Float of group 1:pipe, which ranks 0, 3 "
+            "entered: in no "
+            f"collective the recorder holds: {others}",
+            "rank 7 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 "
+            "all_gather "
+            "[4 -> 8x4] Float (completed)",
+            "1 member of group 3:dies left no dump (rank 7 left none): dead or unreachable; the "
+            "others reached "
+            "#3 all_reduce [4] Float (completed)"],
+        "splits": [
+            "rank 0 issued #2 all_reduce [4] Float in group 1:extra, which ranks 1-2 never reached: "
+            "a collective "
+            "only some ranks issue",
+            "the members disagree at #2 of group 2:tie with no majority (rank 3 all_reduce [4] Float; rank 4 "
+            "all_gather [4 -> 2x4] Float): a code path that differs by rank; the stacks show where each side "
+            "issued it"]}
+    for job, readings in expected.items():
+        assert [item.reading for item in verdict_of(job).findings] == readings, job
+    assert verdict_of("desyncs").notes == [
+        "gloo records no send or recv: a rank waiting in one shows as behind in its groups"]
+
+
 def test_a_dump_left_out_is_missing_and_the_rest_still_judged(tmp_path):
     for path in (CAPTURED / "desyncs").iterdir():
         if path.name != "fr_rank_6":
@@ -178,6 +234,9 @@ def test_a_rank_that_lists_other_members_for_a_group_is_a_membership_finding(tmp
     report = next(report for report in verdict.groups if report.desc == "stuck")
     assert (report.members, report.members_known) == ((3, 4, 5), True)
     assert (report.finding.kind, report.finding.culprits) == (classes.MEMBERSHIP, (5,))
+    assert report.finding.group == "2:stuck" and report.finding.reading == (
+        "rank 5 disagrees with the other members on who is in group 2:stuck (rank 5 lists ranks 3, 5): the "
+        "group was created with different ranks on different ranks")
 
 
 def test_two_ranks_receiving_from_each_other_are_a_point_to_point_deadlock(tmp_path):
