@@ -56,6 +56,8 @@ def test_the_healthy_job_stops_nowhere_and_names_nobody():
 def test_three_desyncs_in_three_subgroups_are_named_by_their_own_groups():
     verdict = verdict_of("desyncs")
     assert (verdict.ranks, verdict.world_size, verdict.missing) == (tuple(range(8)), 8, ())
+    # what the dumps say of themselves: torch 2.13's Flight Recorder writes format 2.10
+    assert (verdict.source, verdict.backend, verdict.version) == (str(CAPTURED / "desyncs"), "gloo", "2.10")
     # the mismatches first, then who is behind; the world group's two all_reduces all completed
     assert findings(verdict) == [(classes.MISMATCH, "1:differs", (2,), classes.DIFFERENT_COLLECTIVE, 2, ""),
                                  (classes.MISMATCH, "3:skips", (7,), classes.SKIPPED, 2, ""),
@@ -147,44 +149,34 @@ def test_every_reading_names_the_ranks_the_collective_its_sizes_and_where_the_ot
     expected = {
         "desyncs": [
             "different collective at #2 of group 1:differs: rank 2 all_gather [4 -> 3x4] Float where "
-            "ranks 0-1 "
-            "all_reduce [4] Float: a code path that differs by rank",
+            "ranks 0-1 all_reduce [4] Float: a code path that differs by rank",
             "rank 7 skipped a collective in group 3:skips: its #2 came from "
-            f"diagnose_programs.py:{skipped_at + 1} "
-            f"desyncs where rank 6 issued #2 from diagnose_programs.py:{skipped_at} desyncs, and rank "
-            "6 went on "
-            "to #3",
-            "rank 5 never entered #2 all_reduce [4] Float of group 2:stuck, which ranks 3-4 entered: in no "
-            f"collective the recorder holds: {others}"],
+            f"diagnose_programs.py:{skipped_at + 1} desyncs where rank 6 issued #2 from "
+            f"diagnose_programs.py:{skipped_at} desyncs, and rank 6 went on to #3",
+            "rank 5 never entered #2 all_reduce [4] Float of group 2:stuck, which ranks 3-4 entered: "
+            f"in no collective the recorder holds: {others}"],
         "mismatches": [
             "different size at #2 of group 1:size: rank 2 all_reduce [16] Float where ranks 0, 3 "
-            "all_reduce [8] "
-            "Float: a code path that differs by rank",
+            "all_reduce [8] Float: a code path that differs by rank",
             "different dtype at #2 of group 2:dtype: rank 5 all_reduce [8] Double where ranks 6-7 "
-            "all_reduce [8] "
-            "Float: a code path that differs by rank",
-            "ranks 1, 4 of group 0:default_pg left no dump: dead or unreachable; the others reached "
-            "#1 all_reduce "
-            "[4] Float (completed)"],
+            "all_reduce [8] Float: a code path that differs by rank",
+            "ranks 1, 4 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 "
+            "all_reduce [4] Float (completed)"],
         "stalls": [
             "different size at #1 of group 2:coalesced: rank 6 all_reduce [6, 5] Float where ranks 4-5 "
             "all_reduce [5, 6] Float: a code path that differs by rank",
-            "ranks 1-2 never entered #2 all_reduce [4] Float of group 1:pipe, which ranks 0, 3 "
-            "entered: in no "
-            f"collective the recorder holds: {others}",
+            "ranks 1-2 never entered #2 all_reduce [4] Float of group 1:pipe, which ranks 0, 3 entered: "
+            f"in no collective the recorder holds: {others}",
             "rank 7 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 "
-            "all_gather "
-            "[4 -> 8x4] Float (completed)",
-            "1 member of group 3:dies left no dump (rank 7 left none): dead or unreachable; the "
-            "others reached "
-            "#3 all_reduce [4] Float (completed)"],
+            "all_gather [4 -> 8x4] Float (completed)",
+            "1 member of group 3:dies left no dump (rank 7 left none): dead or unreachable; the others "
+            "reached #3 all_reduce [4] Float (completed)"],
         "splits": [
-            "rank 0 issued #2 all_reduce [4] Float in group 1:extra, which ranks 1-2 never reached: "
-            "a collective "
-            "only some ranks issue",
-            "the members disagree at #2 of group 2:tie with no majority (rank 3 all_reduce [4] Float; rank 4 "
-            "all_gather [4 -> 2x4] Float): a code path that differs by rank; the stacks show where each side "
-            "issued it"]}
+            "rank 0 issued #2 all_reduce [4] Float in group 1:extra, which ranks 1-2 never reached: a "
+            "collective only some ranks issue",
+            "the members disagree at #2 of group 2:tie with no majority (rank 3 all_reduce [4] Float; "
+            "rank 4 all_gather [4 -> 2x4] Float): a code path that differs by rank; the stacks show "
+            "where each side issued it"]}
     for job, readings in expected.items():
         assert [item.reading for item in verdict_of(job).findings] == readings, job
     assert verdict_of("desyncs").notes == [
@@ -250,7 +242,10 @@ def test_two_ranks_receiving_from_each_other_are_a_point_to_point_deadlock(tmp_p
 
     verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "p2p", receiving))])
     [p2p] = [item for item in verdict.findings if item.kind == classes.P2P]
-    assert (p2p.culprits, p2p.group) == ((1, 2), "0:default_pg") and "each recvs" in p2p.reading
+    assert (p2p.culprits, p2p.group, p2p.seq) == ((1, 2), "0:default_pg", 1)
+    assert [(ranks, side.op) for ranks, side in p2p.sides] == [((1,), "recv from 2"), ((2,), "recv from 1")]
+    assert p2p.reading == ("ranks 1 and 2 wait on each other: each recvs (#1 recv from 2 [4] Float; #1 recv "
+                           "from 1 [4] Float) and neither issued the matching send")
 
 
 @pytest.mark.parametrize(("job", "status", "culprits"), [("healthy", 0, []), ("desyncs", 1, [[2], [7], [5]]),
