@@ -237,10 +237,32 @@ def mesh_steps(rank: int, world_size: int, steps: int = MESH_STEPS) -> None:
         dist.all_gather_into_tensor(torch.empty(8), torch.ones(1))
 
 
+SPLIT_GROUPS = {"extra": [0, 1, 2], "tie": [3, 4]}
+
+
+def splits(rank: int, world_size: int) -> None:
+    """Five ranks, after a good all-reduce in each subgroup:
+    'extra': rank 0 issues one more all-reduce, which ranks 1 and 2 never do;
+    'tie': rank 3 all-reduces where rank 4 all-gathers: two sides of one rank each, no majority."""
+    groups = _groups(SPLIT_GROUPS)
+    x = torch.ones(4)
+    name = next(name for name, members in SPLIT_GROUPS.items() if rank in members)
+    group = groups[name]
+    dist.all_reduce(x, group=group)
+    if rank == 0:
+        dist.all_reduce(x, group=group)
+    elif rank == 4:
+        dist.all_gather_into_tensor(torch.empty(8), x, group=group)
+    elif rank == 3:
+        dist.all_reduce(x, group=group)
+    _park()
+
+
 # name -> (job, ranks, how its ranks dump): the skipped collective is told by its call site, so the
 # desyncs job keeps its stacks; the others show the faster and the JSON forms read alike
 JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
-        "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS)}
+        "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS),
+        "splits": (splits, 5, PICKLE_WITHOUT_STACKS)}
 
 
 def streams(rank: int, world_size: int) -> None:
@@ -253,9 +275,23 @@ def streams(rank: int, world_size: int) -> None:
             print("streaming", flush=True)
 
 
+def capture(root: Path) -> None:
+    """Every job of JOBS run once, its dumps kept in ``root``/NAME: tests/data/diagnose/ (its README says
+    how they were made), which the fast tests of the diagnose engine read."""
+    for name, (job, ranks, form) in JOBS.items():
+        if (root / name).exists():
+            raise SystemExit(f"{root / name} exists: remove it first")
+        codes = run_job(job, ranks, root / name, form=form)
+        print(f"{name}: exit codes {codes}")
+
+
 def main(argv: list[str]) -> None:
     """One rank of ``streams``, as a test host (tests/netns.py) runs it: ``python -m
-    tests.diagnose_programs RANK WORLD_SIZE STORE_HOST:PORT OUT_DIR DUMP_AFTER_S``."""
+    tests.diagnose_programs RANK WORLD_SIZE STORE_HOST:PORT OUT_DIR DUMP_AFTER_S``; or ``python -m
+    tests.diagnose_programs capture DIR``: every job's dumps kept in DIR."""
+    if argv[:1] == ["capture"]:
+        capture(Path(argv[1]))
+        return
     rank, world_size, store, out_dir, dump_after_s = argv
     _rank_main(streams, int(rank), int(world_size), store, out_dir,
                (float(dump_after_s), 2000, PICKLE_WITHOUT_STACKS))

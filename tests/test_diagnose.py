@@ -134,6 +134,12 @@ def test_a_point_to_point_deadlock_shows_its_ranks_behind_and_says_gloo_does_not
     assert "send or recv (gloo records none)" in finding.reading
 
 
+def test_one_rank_issuing_a_collective_more_is_extra_and_a_tie_of_two_names_both(jobs):
+    extra, tie = jobs["splits"].finding("extra"), jobs["splits"].finding("tie")
+    assert (extra.kind, extra.detail, extra.culprits, extra.seq) == (classes.MISMATCH, classes.EXTRA, (0,), 2)
+    assert (tie.kind, tie.culprits, tie.seq) == (classes.MISMATCH, (3, 4), 2) and "no majority" in tie.reading
+
+
 def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):
     for path in jobs["desyncs"].directory.iterdir():
         if not path.name.endswith("_6"):

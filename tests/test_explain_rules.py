@@ -124,6 +124,14 @@ def test_a_gpu_with_nvlinks_down_is_a_reason_when_its_links_bound_the_ring():
     assert "nvlinks-inactive" not in reasons(*one_host(A100, nccl_algo="RING"))
 
 
+def test_nvlinks_down_where_a_nic_bounds_the_ring_cost_nothing_and_are_no_reason():
+    # one 100 Gb/s NIC per host: 12 GB/s across (nccl-tests#119), far below 10 NVLinks' 206 GB/s
+    spec = {**A100, "nvlinks_of": {3: 10}, "nics": 1, "nic_gbps": 100, "link_layer": "InfiniBand",
+            "nic_pcie": [4, 16]}
+    assert "nvlinks-inactive" not in reasons(*two_hosts(spec, nccl_algo="RING"))
+    assert "nvlinks-inactive" in reasons(*one_host(spec, nccl_algo="RING"))  # in one host they bound it
+
+
 def test_a_pcie_link_below_its_maximum_is_a_reason_where_traffic_crosses_it():
     nics = {"nics": 4, "nic_gbps": 400, "link_layer": "InfiniBand", "nic_pcie": [5, 16]}
     slow = {**H100, "gpus": 1, **nics, "pcie_now": [4, 8]}

@@ -134,7 +134,8 @@ class _Context:
         listed = {rank: self.job.dumps[rank].members[name] for rank in disagree}
         text = "; ".join(f"rank {rank} lists {ranks_text(list(ranks))}" for rank, ranks in listed.items())
         return Finding(classes.MEMBERSHIP, label, tuple(disagree),
-                       f"{ranks_text(disagree)} disagree with the other members on who is in group {label} "
+                       f"{ranks_text(disagree)} {'disagrees' if len(disagree) == 1 else 'disagree'} with the "
+                       f"other members on who is in group {label} "
                        f"({text}): the group was created with different ranks on different ranks")
 
     def operation(self, rank: int, position: int) -> Operation:

@@ -24,9 +24,12 @@ def nvlinks_inactive(ctx: Context) -> Reason | None:
         return None
     full = {host.name: replace(host, gpus=tuple(replace(gpu, links=host.model_links) for gpu in host.gpus))
             for host in used_hosts(ctx)}
+    loss = cost(changed(ctx, full), best(ctx.allowed))
+    if loss == 0.0:  # the links down bound nothing here (a NIC does): no reason, as every rule
+        return None
     where, what = next(iter(evidence.items()))
-    return Reason("nvlinks-inactive", f"{where} has {what}", evidence,
-                  cost(changed(ctx, full), best(ctx.allowed)), "model: the bound with every NVLink active")
+    return Reason("nvlinks-inactive", f"{where} has {what}", evidence, loss,
+                  "model: the bound with every NVLink active")
 
 
 def _below(now: Pcie | None, most: Pcie | None) -> bool:

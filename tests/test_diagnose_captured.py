@@ -1,0 +1,257 @@
+"""diagnose's engine on the dumps of real gloo jobs that go wrong, captured once from
+tests/diagnose_programs.py (`python -m tests.diagnose_programs capture tests/data/diagnose`; its README
+says when and how), so that every verdict is judged in a fraction of a second: each group's members,
+where it stopped and where each member is, and the findings in their order. What each job should give
+follows from its program (which rank does what where); tests/test_diagnose.py runs the programs afresh.
+"""
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from commbench.cli import main
+from commbench.diagnose import verdict as classes
+from commbench.diagnose.command import diagnose_files
+from commbench.diagnose.engine import diagnose
+from commbench.diagnose.loading import load_job
+from commbench.diagnose.verdict import Verdict
+
+CAPTURED = Path(__file__).parent / "data" / "diagnose"
+DONE, WAITING = "completed", "in flight (scheduled)"
+
+
+def verdict_of(job: str) -> Verdict:
+    return diagnose_files([str(CAPTURED / job)])
+
+
+def findings(verdict: Verdict) -> list[tuple]:
+    return [(item.kind, item.group, item.culprits, item.detail, item.seq, item.elsewhere)
+            for item in verdict.findings]
+
+
+def groups(verdict: Verdict) -> dict[str, tuple]:
+    """desc -> (members, listed, unnamed, (stopped seq, op), [(ranks, last seq, op, note)])."""
+    return {report.desc: (report.members, report.members_known, report.unnamed_missing,
+                          None if report.stopped_at is None else
+                          (report.stopped_at.seq, report.stopped_at.op),
+                          [(state.ranks, *((state.last.seq, state.last.op) if state.last else (None, None)),
+                            state.note) for state in report.states])
+            for report in verdict.groups}
+
+
+def test_the_healthy_job_stops_nowhere_and_names_nobody():
+    verdict = verdict_of("healthy")
+    assert (verdict.backend, verdict.ranks, verdict.world_size, verdict.missing) == ("gloo", (0, 1), 2, ())
+    assert verdict.findings == [] and not verdict.culprit_found
+    # world: 3 x (all_reduce, coalesced all_reduce, coalescing manager's two), gather, barrier = #11
+    assert groups(verdict) == {
+        "default_pg": ((0, 1), False, 0, (11, "barrier"), [((0, 1), 11, "barrier", "")]),
+        "pair": ((0, 1), False, 0, (1, "all_gather"), [((0, 1), 1, "all_gather", "")])}
+    assert all(state.last.status == DONE for report in verdict.groups for state in report.states)
+
+
+def test_three_desyncs_in_three_subgroups_are_named_by_their_own_groups():
+    verdict = verdict_of("desyncs")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == (tuple(range(8)), 8, ())
+    # what the dumps say of themselves: torch 2.13's Flight Recorder writes format 2.10
+    assert (verdict.source, verdict.backend, verdict.version) == (str(CAPTURED / "desyncs"), "gloo", "2.10")
+    # the mismatches first, then who is behind; the world group's two all_reduces all completed
+    assert findings(verdict) == [(classes.MISMATCH, "1:differs", (2,), classes.DIFFERENT_COLLECTIVE, 2, ""),
+                                 (classes.MISMATCH, "3:skips", (7,), classes.SKIPPED, 2, ""),
+                                 (classes.BEHIND, "2:stuck", (5,), "", 2, "")]
+    assert groups(verdict) == {
+        "default_pg": (tuple(range(8)), False, 0, (2, "all_reduce"), [
+            ((0, 1, 2), 2, "all_reduce", "in flight in group 1:differs"),
+            ((3, 4), 2, "all_reduce", "in flight in group 2:stuck"),
+            ((5, 7), 2, "all_reduce", ""),  # 5 computes, 7 went past the group's end
+            ((6,), 2, "all_reduce", "in flight in group 3:skips")]),
+        "differs": ((0, 1, 2), False, 0, (2, "all_reduce"), [((0, 1), 2, "all_reduce", ""),
+                                                            ((2,), 2, "all_gather", "")]),
+        "stuck": ((3, 4, 5), False, 0, (2, "all_reduce"), [((3, 4), 2, "all_reduce", ""),
+                                                          ((5,), 1, "all_reduce", "")]),
+        "skips": ((6, 7), False, 0, (3, "all_reduce"), [((6,), 3, "all_reduce", ""),
+                                                       ((7,), 2, "all_reduce", "")])}
+    differs, skips, stuck = verdict.findings
+    assert [(ranks, side.op, side.sizes, side.dtype) for ranks, side in differs.sides] == [
+        ((0, 1), "all_reduce", "4", "Float"), ((2,), "all_gather", "4 -> 3x4", "Float")]
+    assert [ranks for ranks, _ in skips.sides] == [(7,), (6,)]  # the culprit's side first
+    mine, theirs = (side for _, side in skips.sides)
+    assert mine.stack != theirs.stack and mine.stack.startswith("diagnose_programs.py:")
+    assert stuck.sides == () and "ranks 3-4 entered" in stuck.reading
+
+
+def test_mismatched_sizes_and_dtypes_name_the_culprits_and_the_ranks_gloo_aborted():
+    verdict = verdict_of("mismatches")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == ((0, 2, 3, 5, 6, 7), 8, (1, 4))
+    assert findings(verdict) == [(classes.MISMATCH, "1:size", (2,), classes.DIFFERENT_SIZE, 2, ""),
+                                 (classes.MISMATCH, "2:dtype", (5,), classes.DIFFERENT_DTYPE, 2, ""),
+                                 (classes.MISSING, "0:default_pg", (1, 4), "", 1, "")]
+    size, dtype, _ = verdict.findings
+    assert [(ranks, side.sizes) for ranks, side in size.sides] == [((0, 3), "8"), ((2,), "16")]
+    assert [(ranks, side.dtype) for ranks, side in dtype.sides] == [((6, 7), "Float"), ((5,), "Double")]
+    report = groups(verdict)
+    # the dead ranks' subgroups are inferred from who recorded: 1 and 4 are not in them
+    assert report["size"][:4] == ((0, 2, 3), False, 0, (2, "all_reduce"))
+    assert report["dtype"][:4] == ((5, 6, 7), False, 0, (2, "all_reduce"))
+    assert ((1, 4), None, None, "no dump") in report["default_pg"][4]
+    assert verdict.notes[-1] == "no dump for ranks 1, 4 of 8"
+
+
+def test_stalls_name_a_pipeline_a_crosswise_coalesce_and_a_dead_rank():
+    verdict = verdict_of("stalls")
+    # the highest rank died: the world all_gather's output (8 x 4 elements) says there were 8
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == (tuple(range(7)), 8, (7,))
+    assert findings(verdict) == [(classes.MISMATCH, "2:coalesced", (6,), classes.DIFFERENT_SIZE, 1, ""),
+                                 (classes.BEHIND, "1:pipe", (1, 2), "", 2, ""),
+                                 (classes.MISSING, "0:default_pg", (7,), "", 1, ""),
+                                 (classes.MISSING, "3:dies", (7,), "", 3, "")]
+    report = groups(verdict)
+    assert report["pipe"] == ((0, 1, 2, 3), False, 0, (2, "all_reduce"), [((0, 3), 2, "all_reduce", ""),
+                                                                         ((1, 2), 1, "all_reduce", "")])
+    # rank 7 recorded nothing of 'dies': its all_gather of 4 x 4 elements implies a fourth member
+    assert report["dies"] == ((4, 5, 6), False, 1, (3, "all_reduce"), [((4, 5, 6), 3, "all_reduce", "")])
+    assert report["default_pg"][4] == [((0, 3), 1, "all_gather", "in flight in group 1:pipe"),
+                                       ((1, 2, 4, 5, 6), 1, "all_gather", ""), ((7,), None, None, "no dump")]
+    coalesced = verdict.findings[0]
+    assert [side.sizes for _, side in coalesced.sides] == ["5, 6", "6, 5"]
+    assert "send or recv (gloo records none)" in verdict.findings[1].reading
+
+
+def test_a_collective_only_one_rank_issues_is_extra_and_a_tie_names_both_sides():
+    verdict = verdict_of("splits")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == (tuple(range(5)), 5, ())
+    assert findings(verdict) == [(classes.MISMATCH, "1:extra", (0,), classes.EXTRA, 2, ""),
+                                 (classes.MISMATCH, "2:tie", (3, 4), classes.DIFFERENT_COLLECTIVE, 2, "")]
+    extra, tie = verdict.findings
+    assert "rank 0 issued #2 all_reduce" in extra.reading and "ranks 1-2 never reached" in extra.reading
+    assert [(ranks, side.op, side.sizes) for ranks, side in tie.sides] == [
+        ((3,), "all_reduce", "4"), ((4,), "all_gather", "4 -> 2x4")]
+    assert "no majority" in tie.reading
+    assert groups(verdict) == {
+        "extra": ((0, 1, 2), False, 0, (2, "all_reduce"), [((0,), 2, "all_reduce", ""),
+                                                          ((1, 2), 1, "all_reduce", "")]),
+        "tie": ((3, 4), False, 0, (2, "all_reduce"), [((3,), 2, "all_reduce", ""),
+                                                     ((4,), 2, "all_gather", "")])}
+
+
+def _line(marker: str) -> int:
+    """The line of tests/diagnose_programs.py that holds ``marker`` (where a job issued a collective)."""
+    lines = (Path(__file__).parent / "diagnose_programs.py").read_text().splitlines()
+    return next(index for index, line in enumerate(lines, 1) if marker in line)
+
+
+def test_every_reading_names_the_ranks_the_collective_its_sizes_and_where_the_others_are():
+    skipped_at = _line("# rank 7 takes another path past this one")  # rank 6's #2; rank 7's is the next
+    others = "busy outside communication, or in a send or recv (gloo records none); look at their stacks"
+    expected = {
+        "desyncs": [
+            "different collective at #2 of group 1:differs: rank 2 all_gather [4 -> 3x4] Float where "
+            "ranks 0-1 all_reduce [4] Float: a code path that differs by rank",
+            "rank 7 skipped a collective in group 3:skips: its #2 came from "
+            f"diagnose_programs.py:{skipped_at + 1} desyncs where rank 6 issued #2 from "
+            f"diagnose_programs.py:{skipped_at} desyncs, and rank 6 went on to #3",
+            "rank 5 never entered #2 all_reduce [4] Float of group 2:stuck, which ranks 3-4 entered: "
+            f"in no collective the recorder holds: {others}"],
+        "mismatches": [
+            "different size at #2 of group 1:size: rank 2 all_reduce [16] Float where ranks 0, 3 "
+            "all_reduce [8] Float: a code path that differs by rank",
+            "different dtype at #2 of group 2:dtype: rank 5 all_reduce [8] Double where ranks 6-7 "
+            "all_reduce [8] Float: a code path that differs by rank",
+            "ranks 1, 4 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 "
+            "all_reduce [4] Float (completed)"],
+        "stalls": [
+            "different size at #1 of group 2:coalesced: rank 6 all_reduce [6, 5] Float where ranks 4-5 "
+            "all_reduce [5, 6] Float: a code path that differs by rank",
+            "ranks 1-2 never entered #2 all_reduce [4] Float of group 1:pipe, which ranks 0, 3 entered: "
+            f"in no collective the recorder holds: {others}",
+            "rank 7 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 "
+            "all_gather [4 -> 8x4] Float (completed)",
+            "1 member of group 3:dies left no dump (rank 7 left none): dead or unreachable; the others "
+            "reached #3 all_reduce [4] Float (completed)"],
+        "splits": [
+            "rank 0 issued #2 all_reduce [4] Float in group 1:extra, which ranks 1-2 never reached: a "
+            "collective only some ranks issue",
+            "the members disagree at #2 of group 2:tie with no majority (rank 3 all_reduce [4] Float; "
+            "rank 4 all_gather [4 -> 2x4] Float): a code path that differs by rank; the stacks show "
+            "where each side issued it"]}
+    for job, readings in expected.items():
+        assert [item.reading for item in verdict_of(job).findings] == readings, job
+    assert verdict_of("desyncs").notes == [
+        "gloo records no send or recv: a rank waiting in one shows as behind in its groups"]
+
+
+def test_a_dump_left_out_is_missing_and_the_rest_still_judged(tmp_path):
+    for path in (CAPTURED / "desyncs").iterdir():
+        if path.name != "fr_rank_6":
+            shutil.copy(path, tmp_path / path.name)
+    verdict = diagnose_files([str(tmp_path)])
+    assert verdict.missing == (6,) and verdict.world_size == 8
+    # 'skips' holds rank 7 alone now: nothing to compare it with, and its member 6 left no dump
+    assert findings(verdict)[:2] == [
+        (classes.MISMATCH, "1:differs", (2,), classes.DIFFERENT_COLLECTIVE, 2, ""),
+        (classes.BEHIND, "2:stuck", (5,), "", 2, "")]
+    assert (classes.MISSING, "0:default_pg", (6,)) in [item[:3] for item in findings(verdict)]
+
+
+def test_ranks_the_caller_knows_beyond_the_dumps_are_missing_and_hosts_are_named():
+    job = load_job([str(CAPTURED / "healthy")])
+    verdict = diagnose(job, world_size=4)
+    assert verdict.world_size == 4 and verdict.missing == (2, 3)
+    assert findings(verdict)[-1][:3] == (classes.MISSING, "0:default_pg", (2, 3))
+    # a commbench run knows every rank's host, so its world too
+    hosted = diagnose(load_job([str(CAPTURED / "healthy")]), hosts={0: "a", 1: "a", 2: "b"})
+    assert hosted.world_size == 3 and hosted.missing == (2,)
+
+
+def _edited(source: Path, into: Path, edit) -> Path:
+    """The captured dumps of a job with ``edit(rank, dump)`` applied: what NCCL records and gloo does not."""
+    into.mkdir()
+    for path in source.iterdir():
+        dump = pickle.loads(path.read_bytes())  # our own capture
+        edit(int(path.name.rsplit("_", 1)[1]), dump)
+        (into / path.name).write_bytes(pickle.dumps(dump))
+    return into
+
+
+def test_a_rank_that_lists_other_members_for_a_group_is_a_membership_finding(tmp_path):
+    def listed(rank: int, dump: dict) -> None:  # NCCL's pg_config lists each group's members
+        if rank in (3, 4, 5):
+            dump["pg_config"] = {"2": {"name": "2", "desc": "stuck",
+                                       "ranks": json.dumps([3, 5] if rank == 5 else [3, 4, 5])}}
+
+    verdict = diagnose_files([str(_edited(CAPTURED / "desyncs", tmp_path / "listed", listed))])
+    report = next(report for report in verdict.groups if report.desc == "stuck")
+    assert (report.members, report.members_known) == ((3, 4, 5), True)
+    assert (report.finding.kind, report.finding.culprits) == (classes.MEMBERSHIP, (5,))
+    assert report.finding.group == "2:stuck" and report.finding.reading == (
+        "rank 5 disagrees with the other members on who is in group 2:stuck (rank 5 lists ranks 3, 5): the "
+        "group was created with different ranks on different ranks")
+
+
+def test_two_ranks_receiving_from_each_other_are_a_point_to_point_deadlock(tmp_path):
+    def receiving(rank: int, dump: dict) -> None:  # NCCL records a recv as 'nccl:recv 1<-2'
+        if rank in (1, 2):
+            entry = dict(dump["entries"][-1])
+            entry.update(profiling_name=f"nccl:recv {rank}<-{3 - rank}", process_group=("0", "default_pg"),
+                         is_p2p=True, p2p_seq_id=1, state="scheduled", retired=False,
+                         record_id=entry["record_id"] + 1)
+            dump["entries"].append(entry)
+
+    verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "p2p", receiving))])
+    [p2p] = [item for item in verdict.findings if item.kind == classes.P2P]
+    assert (p2p.culprits, p2p.group, p2p.seq) == ((1, 2), "0:default_pg", 1)
+    assert [(ranks, side.op) for ranks, side in p2p.sides] == [((1,), "recv from 2"), ((2,), "recv from 1")]
+    assert p2p.reading == ("ranks 1 and 2 wait on each other: each recvs (#1 recv from 2 [4] Float; #1 recv "
+                           "from 1 [4] Float) and neither issued the matching send")
+
+
+@pytest.mark.parametrize(("job", "status", "culprits"), [("healthy", 0, []), ("desyncs", 1, [[2], [7], [5]]),
+                                                       ("stalls", 1, [[6], [1, 2], [7], [7]])])
+def test_the_command_exits_1_exactly_when_it_names_a_culprit(job, status, culprits, capsys):
+    assert main(["diagnose", str(CAPTURED / job), "--json"]) == status
+    found = json.loads(capsys.readouterr().out)
+    assert found["culprit_found"] is bool(status)
+    assert [item["culprits"] for item in found["findings"]] == culprits
