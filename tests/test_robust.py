@@ -4,6 +4,7 @@ median absolute deviation of their logarithms from the median's, scaled by 1.482
 it is at least max(4 scaled MADs, ln F) beyond the median on its metric's slow side."""
 
 import math
+import warnings
 
 import numpy as np
 from hypothesis import assume, given, settings
@@ -118,8 +119,6 @@ def test_numpy_arrays_are_judged_as_the_lists_they_hold():
 def test_a_value_past_a_ratio_of_1e308_is_infinitely_slow_and_says_nothing():
     # a latency of 1e300 against a median of 1e-30 overflows the ratio: the rule takes it as infinitely
     # far (slow), quietly, since a warning would land in the middle of a user's table
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert slow_mask([1e300], 1e-30, 0.0, LATENCY, 2.0).tolist() == [True]
