@@ -217,8 +217,11 @@ def test_markdown_output(two_runs, capsys):
 
 
 def test_more_files_compare_each_to_the_first_and_rows_in_one_file_are_listed(repeated_run, tmp_path, capsys):
+    # partial holds a's own passes: its points are a's times exactly, so none of them can be slower and
+    # every slowdown found is slowed's. (Other passes of the same run can really differ: CI once saw the
+    # odd passes' 1 KiB all_reduce 2x the even ones', significant.)
     a = passes_copy(repeated_run.json, tmp_path / "a.json", {0, 2, 4, 6, 8})
-    payload = json.loads(passes_copy(repeated_run.json, tmp_path / "b.json", {1, 3, 5, 7, 9}).read_text())
+    payload = json.loads(passes_copy(repeated_run.json, tmp_path / "b.json", {0, 2, 4, 6, 8}).read_text())
     payload["rows"] = [row for row in payload["rows"] if row["collective"] != "reduce_scatter_base"]
     extra = dict(payload["rows"][0], size_bytes=123, requested_bytes=123)
     payload["rows"].append(extra)
