@@ -265,36 +265,130 @@ JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "splits": (splits, 5, PICKLE_WITHOUT_STACKS)}
 
 
-def streams(rank: int, world_size: int) -> None:
-    """All-reduces of 4 MiB, again and again; after the first three each rank prints 'streaming', so
-    the test can cut a host's link while they stream."""
+def _wait_for_the_cut() -> None:
+    """Until this host's link (GLOO_SOCKET_IFNAME's) is down: the test cut it (at most a minute)."""
+    state = Path("/sys/class/net", os.environ["GLOO_SOCKET_IFNAME"], "operstate")
+    deadline = time.monotonic() + 60
+    while state.read_text().strip() == "up" and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def cut_all_reduce(rank: int, world_size: int) -> None:
+    """Three all-reduces of 4 MiB, then 'streaming'; rank 1 enters the fourth only once its link is
+    down. Both ranks are in it, and neither can complete it: each needs the other's data."""
     tensor = torch.ones(2**20)
-    for count in range(10**6):
+    for _ in range(3):
         dist.all_reduce(tensor)
-        if count == 2:
-            print("streaming", flush=True)
+    print("streaming", flush=True)
+    if rank == 1:
+        _wait_for_the_cut()
+    dist.all_reduce(tensor)
 
 
-def capture(root: Path) -> None:
-    """Every job of JOBS run once, its dumps kept in ``root``/NAME: tests/data/diagnose/ (its README says
-    how they were made), which the fast tests of the diagnose engine read."""
-    for name, (job, ranks, form) in JOBS.items():
+def _wait_for(path: Path) -> None:
+    """Until ``path`` exists: the test's sign that it changed this host's link (at most a minute)."""
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def crawl_broadcast(rank: int, world_size: int) -> None:
+    """Three broadcasts of 1 MiB from rank 0, then 'streaming'; rank 1 enters the fourth only once its
+    link crawls (the test slows it and says so with a file 'slowed' beside the dumps). Rank 0 hands
+    its 1 MiB to its socket (whose buffer takes 4 MiB) and is done with the fourth; rank 1 still waits
+    for it, arriving at the crawl's rate, when both dump."""
+    tensor = torch.ones(2**18)
+    for _ in range(3):
+        dist.broadcast(tensor, src=0)
+    print("streaming", flush=True)
+    if rank == 1:
+        _wait_for(Path(os.environ["COMMBENCH_TEST_SIGNALS"], "slowed"))
+    for _ in range(2):
+        dist.broadcast(tensor, src=0)
+
+
+# name -> (the job each rank runs, what happens to host 1's link once both stream) for run_link: two
+# test hosts, one rank each
+LINK_JOBS = {"cut_all_reduce": (cut_all_reduce, "cut"), "crawl_broadcast": (crawl_broadcast, "crawl")}
+CRAWL = "100kbit"  # 1 MiB takes over a minute at this rate
+
+
+def run_link(name: str, out_dir: Path, dump_after_s: float = 6.0) -> list[int]:
+    """``LINK_JOBS[name]`` on two test hosts (network namespaces, tests/netns.py: root and iproute2),
+    one rank each; once both stream, host 1's link goes down ('cut') or slows to CRAWL ('crawl'). Both
+    ranks stay alive, and dump from their watchdog thread at ``dump_after_s``. Their exit codes; every
+    process and namespace is gone when it returns or raises."""
+    import shutil  # here, not above: the captured dumps' stacks name the jobs' lines as they are
+    import subprocess
+    import tempfile
+
+    from tests.dist_helpers import ROOT, launcherless_env
+    from tests.netns import MASTER_PORT, NetnsCluster
+
+    change = LINK_JOBS[name][1]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    signals = Path(tempfile.mkdtemp(prefix="commbench-link-"))
+    cluster = NetnsCluster(2).create()
+    try:
+        # host 0's sockets start with a 4 MiB send buffer: a 1 MiB send is handed over at once
+        subprocess.run(["ip", "netns", "exec", cluster.hosts[0].namespace, "sysctl", "-q", "-w",
+                        "net.ipv4.tcp_wmem=4096 4194304 4194304"], check=True)
+        procs = []
+        for host in cluster.hosts:
+            env = launcherless_env({"GLOO_SOCKET_IFNAME": host.interface, "PYTHONPATH": str(ROOT),
+                                    "COMMBENCH_TEST_SIGNALS": str(signals)})
+            procs.append(cluster.start(host.index, [
+                sys.executable, "-m", "tests.diagnose_programs", name, str(host.index), "2",
+                f"{cluster.hosts[0].address}:{MASTER_PORT}", str(out_dir), str(dump_after_s)], env))
+        for proc in procs:
+            if proc.stdout.readline().strip() != "streaming":
+                proc.kill()
+                raise RuntimeError(f"{name}: a rank did not start streaming: {proc.communicate()[1]}")
+        if change == "cut":
+            subprocess.run(["ip", "-n", cluster.switch, "link", "set", cluster.hosts[1].switch_port, "down"],
+                           check=True)
+        else:
+            cluster.slow(1, CRAWL)
+            (signals / "slowed").touch()
+        return [proc.wait(timeout=60 + 4 * dump_after_s) for proc in procs]
+    finally:
+        cluster.teardown()
+        shutil.rmtree(signals, ignore_errors=True)
+
+
+def capture(root: Path, names: list[str]) -> None:
+    """The jobs ``names`` (of JOBS and LINK_JOBS; none named: every one, LINK_JOBS only where network
+    namespaces can be made) run once, each one's dumps kept in ``root``/NAME: tests/data/diagnose/ (its
+    README says how they were made), which the fast tests of the diagnose engine read."""
+    from tests.netns import unavailable_reason
+
+    unknown = [name for name in names if name not in JOBS and name not in LINK_JOBS]
+    if unknown:
+        raise SystemExit(f"no such job: {', '.join(unknown)} (jobs: {', '.join([*JOBS, *LINK_JOBS])})")
+    names = names or [*JOBS, *([] if unavailable_reason() else LINK_JOBS)]
+    for name in names:
         if (root / name).exists():
             raise SystemExit(f"{root / name} exists: remove it first")
-        codes = run_job(job, ranks, root / name, form=form)
+    for name in names:
+        if name in JOBS:
+            job, ranks, form = JOBS[name]
+            codes = list(run_job(job, ranks, root / name, form=form).values())
+        else:
+            codes = run_link(name, root / name)
         print(f"{name}: exit codes {codes}")
 
 
 def main(argv: list[str]) -> None:
-    """One rank of ``streams``, as a test host (tests/netns.py) runs it: ``python -m
-    tests.diagnose_programs RANK WORLD_SIZE STORE_HOST:PORT OUT_DIR DUMP_AFTER_S``; or ``python -m
-    tests.diagnose_programs capture DIR``: every job's dumps kept in DIR."""
+    """One rank of a LINK_JOBS job, as a test host (tests/netns.py) runs it: ``python -m
+    tests.diagnose_programs JOB RANK WORLD_SIZE STORE_HOST:PORT OUT_DIR DUMP_AFTER_S``; or ``python -m
+    tests.diagnose_programs capture DIR [JOB ...]``: the dumps of every job (or of those named) kept in
+    DIR/JOB."""
     if argv[:1] == ["capture"]:
-        capture(Path(argv[1]))
+        capture(Path(argv[1]), argv[2:])
         return
-    rank, world_size, store, out_dir, dump_after_s = argv
-    _rank_main(streams, int(rank), int(world_size), store, out_dir,
-               (float(dump_after_s), 2000, PICKLE_WITHOUT_STACKS))
+    name, rank, world_size, store, out_dir, dump_after_s = argv
+    _rank_main(LINK_JOBS[name][0], int(rank), int(world_size), store, out_dir,
+               (float(dump_after_s), 200, PICKLE_WITHOUT_STACKS))
 
 
 if __name__ == "__main__":

@@ -137,6 +137,45 @@ def test_a_collective_only_one_rank_issues_is_extra_and_a_tie_names_both_sides()
                                                      ((4,), 2, "all_gather", "")])}
 
 
+def test_a_link_cut_before_one_rank_enters_is_the_communication_of_every_member():
+    verdict = verdict_of("cut_all_reduce")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == ((0, 1), 2, ())
+    assert findings(verdict) == [(classes.COMMUNICATION, "0:default_pg", (), "", 4, "")]
+    assert groups(verdict) == {
+        "default_pg": ((0, 1), False, 0, (4, "all_reduce"), [((0, 1), 4, "all_reduce", "")])}
+    assert verdict.groups[0].states[0].last.status == WAITING
+    assert verdict.findings[0].reading == (
+        "every member of group 0:default_pg entered #4 all_reduce [1048576] Float and none completed it: "
+        "the communication itself; look at the fabric (commbench fabric) and the transport's logs")
+
+
+def test_a_receiver_on_a_crawling_link_is_the_communication_at_that_receiver():
+    verdict = verdict_of("crawl_broadcast")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == ((0, 1), 2, ())
+    assert findings(verdict) == [(classes.COMMUNICATION, "0:default_pg", (1,), "", 4, "")]
+    assert groups(verdict) == {
+        "default_pg": ((0, 1), False, 0, (5, "broadcast"), [((0,), 5, "broadcast", ""),
+                                                           ((1,), 4, "broadcast", "")])}
+    assert [state.last.status for state in verdict.groups[0].states] == [WAITING, WAITING]
+    assert verdict.findings[0].reading == (
+        "rank 1 still in #4 broadcast [262144] Float of group 0:default_pg, which rank 0 completed and went "
+        "past: what they needed of it never arrived: the communication itself; look at the fabric between "
+        "them (commbench fabric)")
+
+
+def test_the_hosts_a_run_knows_are_named_where_the_communication_stopped():
+    hosts = {0: "node-a", 1: "node-b"}
+    crawl = diagnose(load_job([str(CAPTURED / "crawl_broadcast")]), hosts=hosts).findings[0]
+    assert "which rank 0 completed and went past (hosts node-b): what" in crawl.reading  # the receiver's
+    cut = diagnose(load_job([str(CAPTURED / "cut_all_reduce")]), hosts=hosts).findings[0]
+    assert "none completed it (hosts node-a, node-b): the communication" in cut.reading
+    # one host for both ranks is named once; a host the run does not know is left out
+    shared = diagnose(load_job([str(CAPTURED / "cut_all_reduce")]), hosts={0: "node-a", 1: "node-a"})
+    assert "none completed it (hosts node-a): the" in shared.findings[0].reading
+    behind = diagnose(load_job([str(CAPTURED / "desyncs")]), hosts={5: "node-c", 3: "node-d"}).findings[2]
+    assert "which ranks 3-4 entered (hosts node-c): in no collective" in behind.reading
+
+
 def _line(marker: str) -> int:
     """The line of tests/diagnose_programs.py that holds ``marker`` (where a job issued a collective)."""
     lines = (Path(__file__).parent / "diagnose_programs.py").read_text().splitlines()
