@@ -2,11 +2,13 @@
 one of the command's own inputs; a file keeps its mode and a new one honours the umask; a non-UTF-8
 output path works."""
 
+import json
 import os
 import stat
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from commbench.cli.main import main
@@ -14,6 +16,7 @@ from commbench.config.launch import LaunchConfig
 from commbench.errors import UsageError
 from commbench.replay.config import check_record_prefix
 from commbench.running.launch import check_output_location
+from commbench.writers import files
 from commbench.writers.files import ResultWriter, open_output, write_atomic, write_text_atomic
 from commbench.writers.paths import check_file, files_named, held_files
 from tests.test_hostile_inputs import one_line_usage_error, saved_run
@@ -180,3 +183,61 @@ def test_an_output_path_that_is_not_utf8_is_written_and_printed(tmp_path, capsys
     assert outcome == [0]
     assert target.read_bytes().startswith(b"<!DOCTYPE html>") or target.stat().st_size > 1000
     assert "page-\\xff.html" in capsys.readouterr().out
+
+
+def _writer_with_parts(path: Path) -> ResultWriter:
+    """A writer with a row, fits and two sections, one of them past LAID_OUT_UP_TO when laid out."""
+    from tests.test_hostile_inputs import RunMeta
+
+    saved_run(path.parent / "source.json")
+    meta = RunMeta(run_id="r", started_at="t", command=[], commbench_version="0", torch_version="0",
+                   python_version="3", backend="gloo", device="cpu", world_size=2, launcher="local",
+                   hostnames=[], versions={}, env={}, config={})
+    writer = ResultWriter(meta, path.with_suffix(".csv"), path)
+    writer.add(saved_rows(path.parent / "source.json")[0])
+    writer.add_fits([{"alpha_us": 1.5, "beta": [1, 2.5, None]}])
+    writer.set_section("explain", {"series": [{"a": 1, "b": {"c": [1, 2]}}], "model": 2})
+    writer.set_section("big", {"matrix": np.arange(1000)})  # laid out, about 5 KB
+    writer.add_fits([{"alpha_us": 2.0}])
+    return writer
+
+
+def test_parts_laid_out_once_are_written_as_laying_them_out_each_time_writes_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "LAID_OUT_UP_TO", 2000)  # the short parts, not "big"
+    cached = _writer_with_parts(tmp_path / "cached" / "run.json")
+    cached.finish("complete", "t2")
+    monkeypatch.setattr(files, "LAID_OUT_UP_TO", -1)  # nothing is laid out ahead
+    fresh = _writer_with_parts(tmp_path / "fresh" / "run.json")
+    fresh.finish("complete", "t2")
+    text = cached.json_path.read_text()
+    assert text == fresh.json_path.read_text()
+    saved = json.loads(text)
+    assert [fit["alpha_us"] for fit in saved["fits"]] == [1.5, 2.0]
+    assert saved["explain"]["series"][0]["b"] == {"c": [1, 2]}
+    assert saved["big"]["matrix"] == list(range(1000))
+    # a part longer than LAID_OUT_UP_TO is never held as one text; the short ones are
+    assert isinstance(cached._laid_out["explain"], files.LaidOut)
+    assert isinstance(cached._laid_out["fits"], files.LaidOut)
+    assert not isinstance(cached._laid_out["big"], str)
+    assert not any(isinstance(value, str) for value in fresh._laid_out.values())
+
+
+def test_one_rewrite_writes_its_fits_and_sections_once_at_its_end_and_not_when_it_raised(tmp_path):
+    writer = _writer_with_parts(tmp_path / "run.json")
+    before = os.stat(writer.json_path).st_ino  # every rewrite renames a new file into place
+    with writer.one_rewrite():
+        writer.add_fits([{"alpha_us": 3.0}])
+        writer.set_section("explain", {"model": 3})
+        assert os.stat(writer.json_path).st_ino == before
+    after = os.stat(writer.json_path).st_ino
+    saved = json.loads(writer.json_path.read_text())
+    assert after != before and saved["explain"] == {"model": 3} and saved["fits"][-1] == {"alpha_us": 3.0}
+    with pytest.raises(RuntimeError), writer.one_rewrite():
+        writer.set_section("explain", {"model": 4})
+        raise RuntimeError("a fault while explaining")
+    assert os.stat(writer.json_path).st_ino == after
+    with writer.one_rewrite():
+        pass
+    assert os.stat(writer.json_path).st_ino == after  # nothing set: no rewrite
+    writer.set_section("explain", {"model": 5})  # outside, each is written at once again
+    assert json.loads(writer.json_path.read_text())["explain"] == {"model": 5}

@@ -144,11 +144,12 @@ class Recording:
         self.table_rows = RowColumns()
         kind = kind_named(rows[0].pattern) if rows else None
         fits = fit_rows(rows) if kind is None or kind.fitted else []
-        if fits:
-            self.writer.add_fits([fit.to_dict() for fit in fits])
-        with unless_output_closed():
-            self.reporter.table_done(rows, fits)
-        self.explain(rows, fits)
+        with self.writer.one_rewrite():  # the table's fits and its explanation
+            if fits:
+                self.writer.add_fits([fit.to_dict() for fit in fits])
+            with unless_output_closed():
+                self.reporter.table_done(rows, fits)
+            self.explain(rows, fits)
 
     def explain(self, rows: Sequence[Row], fits: list[SeriesFit]) -> None:
         """explain's line under the table and its part of results.json (docs/explain.md). The rows are

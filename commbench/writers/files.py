@@ -35,6 +35,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
@@ -50,6 +51,11 @@ from commbench.results.saved import row_from_saved
 SCHEMA_VERSION = 3  # 2: rows measured together as blocks of columns, fabric's matrices as measured pairs;
 # 3: a block's numbers, text and lists of numbers as packed arrays (docs/results.md)
 SPOOL_IN_MEMORY = 16 * 2**20  # bytes of row texts kept in memory before the spool moves to a file
+# A part beside the rows (the fits, a section) whose text is at most this long is laid out once, when it
+# is set, not at every rewrite (a sweep of many tables rewrote its growing fits and explanation for every
+# row, in Python, which cost a third of rank 0's time); a longer one (fabric's matrices) is laid out a
+# piece at a time at every rewrite, never held as one text.
+LAID_OUT_UP_TO = 4 * 2**20
 ARRAY_CHUNK = 2**16  # values of a numpy array turned into text at a time
 # Why a file could not grow, by the error the system gave.
 NO_ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
@@ -77,10 +83,17 @@ def readable_json(value: Any, level: int = 0) -> str:
     return "".join(json_pieces(value, level))
 
 
+class LaidOut(str):
+    """A value's text as json_pieces lays it out at its level, made once: written as it is."""
+
+
 def json_pieces(value: Any, level: int = 0) -> Iterator[str]:
     """readable_json's text in pieces, each value's apart, so that no large value is ever one string: a
     numpy array is written ARRAY_CHUNK values at a time (a full fabric pass's matrices hold a million
     entries each, and as Python lists and one text took hundreds of MB of rank 0's memory)."""
+    if isinstance(value, LaidOut):
+        yield value
+        return
     if isinstance(value, np.ndarray):
         yield "["
         for start in range(0, len(value), ARRAY_CHUNK):
@@ -213,6 +226,8 @@ class ResultWriter:
         self.row_count = 0
         self.fits: list[dict[str, Any]] = []
         self.sections: dict[str, Any] = {}  # named parts beside the rows (fabric's matrices, suspects)
+        self._laid_out: dict[str, Any] = {}  # top-level key -> its value as written: LaidOut when short
+        self._deferred: bool | None = None  # in one_rewrite(): whether a rewrite is due at its end
         self._json_due = 0.0  # time.monotonic() after which a new row rewrites the JSON
         json_path.parent.mkdir(parents=True, exist_ok=True)
         # each row's (each block's) JSON text, made once, joined by ",\n"; unnamed once on disk, beside the
@@ -290,12 +305,42 @@ class ResultWriter:
     def add_fits(self, fits: list[dict[str, Any]]) -> None:
         """The α-β fits of a group of rows that just finished."""
         self.fits.extend(fits)
+        self._laid_out.pop("fits", None)
         self._write_json()
 
     def set_section(self, name: str, payload: dict[str, Any]) -> None:
         """Write ``payload`` as the top-level key ``name`` of the JSON, replacing an earlier one."""
         self.sections[name] = payload
+        self._laid_out.pop(name, None)
         self._write_json()
+
+    @contextmanager
+    def one_rewrite(self) -> Iterator[None]:
+        """The fits and sections set inside, written by one rewrite of the JSON at the end (none when
+        nothing was set, or when the block raised: the rows are on disk already)."""
+        self._deferred = False
+        try:
+            yield
+            due = self._deferred
+        finally:
+            self._deferred = None
+        if due:
+            self._write_json()
+
+    def _beside_rows(self, key: str, value: Any) -> Any:
+        """``value`` (the top-level ``key``'s) as the rewrite writes it: its LaidOut text, made on the
+        first rewrite after it was set, while that text is at most LAID_OUT_UP_TO long."""
+        if key not in self._laid_out:
+            pieces, length = [], 0
+            for piece in json_pieces(value, 1):
+                pieces.append(piece)
+                length += len(piece)
+                if length > LAID_OUT_UP_TO:
+                    self._laid_out[key] = value
+                    break
+            else:
+                self._laid_out[key] = LaidOut("".join(pieces))
+        return self._laid_out[key]
 
     def finish(self, status: str, finished_at: str, error: str | None = None) -> None:
         """Record how the run ended. When there is no room even for that, the JSON keeps its last rows
@@ -313,9 +358,14 @@ class ResultWriter:
         self._texts.close()
 
     def _write_json(self) -> None:
+        if self._deferred is not None:
+            self._deferred = True
+            return
         started = time.monotonic()
         meta = {field.name: getattr(self.meta, field.name) for field in fields(self.meta)}  # no deep copy
-        payload = {"schema": SCHEMA_VERSION, "meta": meta, "rows": None, "fits": self.fits, **self.sections}
+        beside = {"fits": self.fits, **self.sections}
+        payload = {"schema": SCHEMA_VERSION, "meta": meta, "rows": None,
+                   **{key: self._beside_rows(key, value) for key, value in beside.items()}}
         write_results(self.json_path, payload, self.row_count, self._copy_rows)
         if not self._csv_file.closed:
             self._csv_in_json = self._csv_position()
