@@ -258,11 +258,49 @@ def splits(rank: int, world_size: int) -> None:
     _park()
 
 
+ORDER_GROUPS = {"first": [0, 1], "second": [0, 1], "skips": [2, 3, 4], "extra": [5, 6, 7], "idle": [8, 9],
+                "dead": [10, 11]}
+
+
+def orders(rank: int, world_size: int) -> None:
+    """Twelve ranks, only in subgroups (the world group issues nothing), after a good all-reduce in
+    each but 'idle' and 'dead':
+    'first' and 'second' (both ranks 0 and 1): rank 0 all-reduces in 'first' then in 'second', rank 1
+    in 'second' then in 'first': each waits in the group the other has not reached;
+    'skips': ranks 2 and 3 all-reduce int32 then float32; rank 4 only the float32, which gloo pairs with
+    their int32 (the same bytes), so theirs completes and their float32 waits;
+    'extra': rank 7 all-reduces int32 before the float32 that ranks 5 and 6 all-reduce (gloo pairs the
+    first two): its float32 waits;
+    'idle': rank 8 computes from the start, recording nothing, while rank 9 all-reduces;
+    'dead': rank 10 dies before its first collective; rank 11 all-reduces with it."""
+    groups = _groups(ORDER_GROUPS)
+    if rank == 10:
+        os._exit(1)  # a process killed: no dump
+    if rank == 8:
+        _park()
+    name = next(name for name, members in ORDER_GROUPS.items() if rank in members)
+    x, whole = torch.ones(4), torch.ones(4, dtype=torch.int32)
+    if name in ("idle", "dead"):
+        dist.all_reduce(x, group=groups[name])
+    elif name == "first":
+        dist.all_reduce(x, group=groups["first"])
+        dist.all_reduce(x, group=groups["second"])
+        for each in ("first", "second") if rank == 0 else ("second", "first"):
+            dist.all_reduce(x, group=groups[each])
+    else:
+        group = groups[name]
+        dist.all_reduce(x, group=group)
+        if rank in (2, 3, 7):
+            dist.all_reduce(whole, group=group)
+        dist.all_reduce(x, group=group)
+    _park()
+
+
 # name -> (job, ranks, how its ranks dump): the skipped collective is told by its call site, so the
 # desyncs job keeps its stacks; the others show the faster and the JSON forms read alike
 JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS),
-        "splits": (splits, 5, PICKLE_WITHOUT_STACKS)}
+        "splits": (splits, 5, PICKLE_WITHOUT_STACKS), "orders": (orders, 12, PICKLE_WITHOUT_STACKS)}
 
 
 def _wait_for_the_cut() -> None:

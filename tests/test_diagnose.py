@@ -140,6 +140,17 @@ def test_one_rank_issuing_a_collective_more_is_extra_and_a_tie_of_two_names_both
     assert (tie.kind, tie.culprits, tie.seq) == (classes.MISMATCH, (3, 4), 2) and "no majority" in tie.reading
 
 
+def test_orders_across_groups_a_dtype_shift_a_lone_member_and_a_death_are_each_named(jobs):
+    verdict = jobs["orders"].verdict
+    assert jobs["orders"].exit_codes[10] == 1 and verdict.missing == (10,)
+    assert [(item.kind, item.group, item.culprits, item.detail) for item in verdict.findings] == [
+        (classes.MISMATCH, "1:first", (0, 1), classes.ORDER),
+        (classes.MISMATCH, "3:skips", (4,), classes.SKIPPED),
+        (classes.MISMATCH, "4:extra", (7,), classes.EXTRA),
+        (classes.BEHIND, "5:idle", (), ""),
+        (classes.MISSING, "0", (10,), "")]
+
+
 def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):
     for path in jobs["desyncs"].directory.iterdir():
         if not path.name.endswith("_6"):

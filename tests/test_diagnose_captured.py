@@ -75,8 +75,14 @@ def test_three_desyncs_in_three_subgroups_are_named_by_their_own_groups():
         "skips": ((6, 7), False, 0, (3, "all_reduce"), [((6,), 3, "all_reduce", ""),
                                                        ((7,), 2, "all_reduce", "")])}
     differs, skips, stuck = verdict.findings
-    assert [(ranks, side.op, side.sizes, side.dtype) for ranks, side in differs.sides] == [
-        ((0, 1), "all_reduce", "4", "Float"), ((2,), "all_gather", "4 -> 3x4", "Float")]
+    assert [(ranks, side.op, side.recorded, side.sizes, side.dtype) for ranks, side in differs.sides] == [
+        ((0, 1), "all_reduce", "gloo:all_reduce", "4", "Float"),
+        ((2,), "all_gather", "gloo:all_gather", "4 -> 3x4", "Float")]
+    # a dump with stacks names where each operation was issued; one without names none
+    assert all(state.last.stack.startswith("diagnose_programs.py:") for report in verdict.groups
+               for state in report.states)
+    assert {state.last.stack for report in verdict_of("stalls").groups for state in report.states
+            if state.last} == {""}
     assert [ranks for ranks, _ in skips.sides] == [(7,), (6,)]  # the culprit's side first
     mine, theirs = (side for _, side in skips.sides)
     assert mine.stack != theirs.stack and mine.stack.startswith("diagnose_programs.py:")
@@ -176,6 +182,44 @@ def test_the_hosts_a_run_knows_are_named_where_the_communication_stopped():
     assert "which ranks 3-4 entered (hosts node-c): in no collective" in behind.reading
 
 
+def test_groups_issued_in_crossed_orders_a_shifted_dtype_a_lone_member_and_a_death():
+    verdict = verdict_of("orders")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == ((*range(10), 11), 12, (10,))
+    # the two crossed groups are one finding; rank 10 is in no group anyone recorded: the job's finding
+    assert findings(verdict) == [(classes.MISMATCH, "1:first", (0, 1), classes.ORDER, 2, ""),
+                                 (classes.MISMATCH, "3:skips", (4,), classes.SKIPPED, 2, ""),
+                                 (classes.MISMATCH, "4:extra", (7,), classes.EXTRA, 2, ""),
+                                 (classes.BEHIND, "5:idle", (), "", 1, ""),
+                                 (classes.MISSING, "0", (10,), "", None, "")]
+    assert [item.reading for item in verdict.findings] == [
+        "ranks 0-1 wait on each other across groups 1:first and 2:second: rank 0 in #2 all_reduce [4] Float "
+        "of 1:first, which rank 1 never entered; rank 1 in #2 all_reduce [4] Float of 2:second, which rank 0 "
+        "never entered: they issue their collectives on these groups in different orders",
+        "rank 4 skipped a collective at #2 of group 3:skips: its #2 is the one ranks 2-3 issue next",
+        "rank 7 issued a collective at #2 of group 4:extra that ranks 5-6 never did",
+        "rank 9 is the only rank whose dump records group 5:idle, and it waits in #1 all_reduce [4] Float: "
+        "the group's other members never entered it, or left no dump (the dumps do not list members: find "
+        "them where the group is created)",
+        "rank 10 left no dump: dead or unreachable"]
+    report = groups(verdict)
+    assert report["first"] == ((0, 1), False, 0, (2, "all_reduce"), [
+        ((0,), 2, "all_reduce", ""), ((1,), 1, "all_reduce", "in flight in group 2:second")])
+    assert report["second"] == ((0, 1), False, 0, (2, "all_reduce"), [
+        ((0,), 1, "all_reduce", "in flight in group 1:first"), ((1,), 2, "all_reduce", "")])
+    # int32 then float32 on ranks 2-3; rank 4's float32 was paired with their int32 and completed
+    assert report["skips"] == ((2, 3, 4), False, 0, (3, "all_reduce"), [((2, 3), 3, "all_reduce", ""),
+                                                                       ((4,), 2, "all_reduce", "")])
+    assert report["extra"] == ((5, 6, 7), False, 0, (3, "all_reduce"), [((5, 6), 2, "all_reduce", ""),
+                                                                       ((7,), 3, "all_reduce", "")])
+    assert report["idle"] == ((9,), False, 0, (1, "all_reduce"), [((9,), 1, "all_reduce", "")])
+    # rank 11's all-reduce with the dead rank 10 failed as gloo connected the group: nothing recorded, as
+    # rank 8's computing from the start: neither is in a group anyone recorded
+    assert set(report) == {"first", "second", "skips", "extra", "idle"}  # nor the world group
+    skipped, extra = verdict.findings[1:3]
+    assert [(ranks, side.dtype) for ranks, side in skipped.sides] == [((2, 3), "Int"), ((4,), "Float")]
+    assert [(ranks, side.dtype) for ranks, side in extra.sides] == [((5, 6), "Float"), ((7,), "Int")]
+
+
 def _line(marker: str) -> int:
     """The line of tests/diagnose_programs.py that holds ``marker`` (where a job issued a collective)."""
     lines = (Path(__file__).parent / "diagnose_programs.py").read_text().splitlines()
@@ -263,28 +307,33 @@ def test_a_rank_that_lists_other_members_for_a_group_is_a_membership_finding(tmp
 
     verdict = diagnose_files([str(_edited(CAPTURED / "desyncs", tmp_path / "listed", listed))])
     report = next(report for report in verdict.groups if report.desc == "stuck")
-    assert (report.members, report.members_known) == ((3, 4, 5), True)
+    assert (report.name, report.members, report.members_known, report.unnamed_missing) == (
+        "2", (3, 4, 5), True, 0)
     assert (report.finding.kind, report.finding.culprits) == (classes.MEMBERSHIP, (5,))
     assert report.finding.group == "2:stuck" and report.finding.reading == (
         "rank 5 disagrees with the other members on who is in group 2:stuck (rank 5 lists ranks 3, 5): the "
         "group was created with different ranks on different ranks")
 
 
-def test_two_ranks_receiving_from_each_other_are_a_point_to_point_deadlock(tmp_path):
-    def receiving(rank: int, dump: dict) -> None:  # NCCL records a recv as 'nccl:recv 1<-2'
+@pytest.mark.parametrize(("op", "arrow", "word", "matching"), [("recv", "<-", "from", "send"),
+                                                               ("send", "->", "to", "recv")])
+def test_two_ranks_receiving_or_sending_to_each_other_are_a_point_to_point_deadlock(tmp_path, op, arrow, word,
+                                                                                     matching):
+    def waiting(rank: int, dump: dict) -> None:  # NCCL records 'nccl:recv 1<-2', 'nccl:send 1->2'
         if rank in (1, 2):
             entry = dict(dump["entries"][-1])
-            entry.update(profiling_name=f"nccl:recv {rank}<-{3 - rank}", process_group=("0", "default_pg"),
-                         is_p2p=True, p2p_seq_id=1, state="scheduled", retired=False,
-                         record_id=entry["record_id"] + 1)
+            entry.update(profiling_name=f"nccl:{op} {rank}{arrow}{3 - rank}",
+                         process_group=("0", "default_pg"), is_p2p=True, p2p_seq_id=1, state="scheduled",
+                         retired=False, record_id=entry["record_id"] + 1)
             dump["entries"].append(entry)
 
-    verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "p2p", receiving))])
+    verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "p2p", waiting))])
     [p2p] = [item for item in verdict.findings if item.kind == classes.P2P]
     assert (p2p.culprits, p2p.group, p2p.seq) == ((1, 2), "0:default_pg", 1)
-    assert [(ranks, side.op) for ranks, side in p2p.sides] == [((1,), "recv from 2"), ((2,), "recv from 1")]
-    assert p2p.reading == ("ranks 1 and 2 wait on each other: each recvs (#1 recv from 2 [4] Float; #1 recv "
-                           "from 1 [4] Float) and neither issued the matching send")
+    assert [(ranks, side.op) for ranks, side in p2p.sides] == [((1,), f"{op} {word} 2"),
+                                                              ((2,), f"{op} {word} 1")]
+    assert p2p.reading == (f"ranks 1 and 2 wait on each other: each {op}s (#1 {op} {word} 2 [4] Float; #1 "
+                           f"{op} {word} 1 [4] Float) and neither issued the matching {matching}")
 
 
 @pytest.mark.parametrize(("job", "status", "culprits"), [("healthy", 0, []), ("desyncs", 1, [[2], [7], [5]]),

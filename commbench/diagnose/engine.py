@@ -56,7 +56,7 @@ def diagnose(job: Job, world_size: int | None = None, hosts: dict[int, str] | No
     missing = tuple(rank for rank in range(world) if rank not in job.dumps)
     context = _Context(job, tracks, world, missing, hosts)
     reports = [context.examine(group_id) for group_id in range(len(job.groups))]
-    findings = [report.finding for report in reports if report.finding is not None]
+    findings = _crossed([report.finding for report in reports if report.finding is not None], reports)
     findings += context.p2p_findings()
     in_groups = {rank for report in reports for rank in report.members}
     if any(rank not in in_groups for rank in missing):  # no group names them: the job's finding does
@@ -67,6 +67,31 @@ def diagnose(job: Job, world_size: int | None = None, hosts: dict[int, str] | No
     versions = sorted({dump.version for dump in job.dumps.values()})
     return Verdict(job.source, "/".join(backends) or "?", "/".join(versions), tuple(job.ranks), world,
                    missing, reports, findings, context.notes())
+
+
+def _crossed(findings: list[Finding], reports: list[GroupReport]) -> list[Finding]:
+    """``findings`` with each pair of groups whose behind ranks are in flight in the other (each waits
+    where the other has not come: their collectives on the two groups are issued in different orders)
+    told as one MISMATCH ('order') instead of two findings that point at each other."""
+    held = {item.group: item for item in findings if item.kind == classes.BEHIND and item.elsewhere}
+    stopped = {group_label(report.name, report.desc): report.stopped_at for report in reports}
+    crossed: dict[str, Finding] = {}  # the first group's label -> the finding standing for the pair
+    for label, item in held.items():
+        other = held.get(item.elsewhere)
+        if other is None or other.elsewhere != label or item.elsewhere in crossed:
+            continue
+        ranks = tuple(sorted({*item.culprits, *other.culprits}))
+        crossed[label] = Finding(
+            classes.MISMATCH, label, ranks,
+            f"{ranks_text(list(ranks))} wait on each other across groups {label} and {other.group}: "
+            f"{ranks_text(list(other.culprits))} in {stopped[label].describe()} of {label}, which "
+            f"{ranks_text(list(item.culprits))} never entered; {ranks_text(list(item.culprits))} in "
+            f"{stopped[other.group].describe()} of {other.group}, which {ranks_text(list(other.culprits))} "
+            "never entered: they issue their collectives on these groups in different orders",
+            classes.ORDER, item.seq)
+    paired = {label for label in crossed} | {held[label].elsewhere for label in crossed}
+    return [crossed.get(item.group, item) for item in findings
+            if item.group not in paired or item.group in crossed]
 
 
 def _world_size(job: Job, tracks: Tracks, asked: int | None) -> int:
@@ -126,7 +151,7 @@ class _Context:
         if finding is None and (absent or unnamed):
             finding = judge.missing(absent, unnamed, self.held_in_one_group(present, group_id))
         if finding is None:
-            finding = judge.stalled()
+            finding = judge.stalled(known)
         return GroupReport(name, desc, members, known, judge.stopped_at(), judge.states(absent), finding,
                            unnamed)
 
@@ -297,7 +322,7 @@ class _Judge:
             return (f"{ranks_text(culprits)} skipped a collective {where}: {whose} #{seq} is the one "
                     f"{others} next")
         if detail == classes.EXTRA:
-            return f"{ranks_text(culprits)} issued a collective {where} that {others} not"
+            return f"{ranks_text(culprits)} issued a collective {where} that {ranks_text(majority)} never did"
         return (f"different {detail} {where}: {issued(culprits)} where {issued(majority)}: a code path that "
                 "differs by rank")
 
@@ -385,13 +410,20 @@ class _Judge:
                        f"{members} of group {self.label} left no dump{who}: dead or unreachable{at}",
                        seq=self.stop, elsewhere=elsewhere)
 
-    def stalled(self) -> Finding | None:
+    def stalled(self, known: bool) -> Finding | None:
         if self.stop is None or not self.present:
             return None
         positions = {rank: self.at(rank, self.stop) for rank in self.present}
         if any(self.context.tracks.done[rank][position] for rank, position in positions.items()):
             return None
         stopped = self.operation_at(self.present[0], self.stop)
+        if not known and len(self.tracks) == 1:  # a group of one never waits: others never came
+            return Finding(
+                classes.BEHIND, self.label, (),
+                f"rank {self.present[0]} is the only rank whose dump records group {self.label}, and it "
+                f"waits in {stopped.describe()}: the group's other members never entered it, or left no "
+                "dump (the dumps do not list members: find them where the group is created)",
+                seq=self.stop)
         return Finding(classes.COMMUNICATION, self.label, (),
                        f"every member of group {self.label} entered {stopped.describe()} and none completed "
                        f"it{self.context.host(self.present)}: the communication itself; look at the fabric "

@@ -4,7 +4,9 @@ findings, the root first. Plain data: the console (render.py) and --json read it
 The classes of finding, and what each means:
 - MISMATCH: members issued different operations at the same sequence number (a code path that differs
   by rank): a different collective, size or dtype, a collective one rank skipped (its call site or its
-  next collective shows it), or one a few ranks issued that the others never did.
+  next collective shows it), or one a few ranks issued that the others never did; or ranks that issue
+  their collectives on two groups in different orders, so that each waits in a group the other has
+  not reached ('order').
 - MEMBERSHIP: ranks list different members for one group.
 - P2P: sends and receives that wait on each other (where the backend records them: NCCL).
 - BEHIND: the group stopped at a collective some members never entered, their last one completed: they
@@ -22,8 +24,8 @@ MISMATCH, MEMBERSHIP, P2P, BEHIND, MISSING, COMMUNICATION = (
 # The order findings are told in: a cause before what it causes.
 CLASS_ORDER = (MEMBERSHIP, MISMATCH, P2P, BEHIND, MISSING, COMMUNICATION)
 # What a mismatch was: the first difference found, in this order.
-DIFFERENT_COLLECTIVE, DIFFERENT_SIZE, DIFFERENT_DTYPE, SKIPPED, EXTRA = (
-    "collective", "size", "dtype", "skipped", "extra")
+DIFFERENT_COLLECTIVE, DIFFERENT_SIZE, DIFFERENT_DTYPE, SKIPPED, EXTRA, ORDER = (
+    "collective", "size", "dtype", "skipped", "extra", "order")
 
 
 def group_label(name: str, desc: str) -> str:
@@ -81,7 +83,7 @@ class Finding:
     group: str  # the group's label: '1:differs'
     culprits: tuple[int, ...]  # ranks to look at (empty for COMMUNICATION when every member is)
     reading: str  # one line: what happened and where to look next
-    detail: str = ""  # a MISMATCH's kind: collective, size, dtype, skipped, extra
+    detail: str = ""  # a MISMATCH's kind: collective, size, dtype, skipped, extra, order
     seq: int | None = None
     sides: tuple[tuple[tuple[int, ...], Operation], ...] = ()  # the first divergence, side by side
     elsewhere: str = ""  # the group where the culprits are held up instead (its own finding says why)
