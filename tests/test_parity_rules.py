@@ -163,11 +163,13 @@ def test_the_cache_size_comes_from_sysfs_and_a_flush_writes_all_of_it(tmp_path):
 
 
 def test_a_size_account_on_cpu_counts_what_was_made_beside_the_buffers():
+    # 64 MiB each: past glibc's largest mmap threshold (32 MiB), so each is fresh pages that the process's
+    # resident size grows by; 16 MiB could reuse pages an earlier test freed (it did, in the fast loop)
     memory = SizeMemory(torch.device("cpu"))
-    buffers = torch.ones(16 * MiB // 4)
+    buffers = torch.ones(64 * MiB // 4)
     beside = buffers * 2  # a temporary as large as the buffers, alive at the end
     account = memory.finish(buffers.nbytes)
-    assert account.user == 16 * MiB and account.library is None
+    assert account.user == 64 * MiB and account.library is None
     assert account.internal is not None and account.internal >= beside.nbytes * 0.9
     start = StartMemory(Snapshot.now(torch.device("cpu")), Snapshot.now(torch.device("cpu")))
     assert start.as_dict()["host_rss_before_bytes"] > 0 and start.as_dict()["device_used_after_bytes"] is None
