@@ -56,7 +56,7 @@ def _rank_main(job: Callable, rank: int, world_size: int, store: str, out_dir: s
         """Dump and end the process; a second caller waits for the first to end it."""
         if dumped.acquire(blocking=False):
             dump(out_dir, rank, form)
-            os._exit(0)
+            _end_once_all_dumped(out_dir, world_size, dump_after_s)
         dumped.acquire()  # never returns: the holder ends the process
 
     watchdog = threading.Timer(dump_after_s, dump_once)
@@ -258,8 +258,8 @@ def splits(rank: int, world_size: int) -> None:
     _park()
 
 
-ORDER_GROUPS = {"first": [0, 1], "second": [0, 1], "skips": [2, 3, 4], "extra": [5, 6, 7], "idle": [8, 9],
-                "dead": [10, 11]}
+ORDER_GROUPS = {"tail": [6, 7], "first": [0, 1], "second": [0, 1], "skips": [2, 3, 4], "extra": [5, 6, 7],
+                "idle": [8, 9], "dead": [10, 11]}
 
 
 def orders(rank: int, world_size: int) -> None:
@@ -270,17 +270,22 @@ def orders(rank: int, world_size: int) -> None:
     'skips': ranks 2 and 3 all-reduce int32 then float32; rank 4 only the float32, which gloo pairs with
     their int32 (the same bytes), so theirs completes and their float32 waits;
     'extra': rank 7 all-reduces int32 before the float32 that ranks 5 and 6 all-reduce (gloo pairs the
-    first two): its float32 waits;
+    first two): its float32 waits; 'tail' (ranks 6 and 7, one good all-reduce first): rank 6's second
+    waits for rank 7, held up in 'extra';
     'idle': rank 8 computes from the start, recording nothing, while rank 9 all-reduces;
-    'dead': rank 10 dies before its first collective; rank 11 all-reduces with it."""
+    'dead': rank 10 dies before its first collective; rank 11 issues nothing."""
     groups = _groups(ORDER_GROUPS)
+    x, whole = torch.ones(4), torch.ones(4, dtype=torch.int32)
+    if rank in ORDER_GROUPS["tail"]:
+        dist.all_reduce(x, group=groups["tail"])
     if rank == 10:
         os._exit(1)  # a process killed: no dump
     if rank == 8:
         _park()
-    name = next(name for name, members in ORDER_GROUPS.items() if rank in members)
-    x, whole = torch.ones(4), torch.ones(4, dtype=torch.int32)
-    if name in ("idle", "dead"):
+    name = next(name for name, members in ORDER_GROUPS.items() if rank in members and name != "tail")
+    if rank == 11:
+        _park()  # its group's other member is dead: it issues nothing there
+    if name == "idle":
         dist.all_reduce(x, group=groups[name])
     elif name == "first":
         dist.all_reduce(x, group=groups["first"])
@@ -293,6 +298,8 @@ def orders(rank: int, world_size: int) -> None:
         if rank in (2, 3, 7):
             dist.all_reduce(whole, group=group)
         dist.all_reduce(x, group=group)
+        if rank == 6:
+            dist.all_reduce(x, group=groups["tail"])
     _park()
 
 
@@ -427,6 +434,18 @@ def main(argv: list[str]) -> None:
     name, rank, world_size, store, out_dir, dump_after_s = argv
     _rank_main(LINK_JOBS[name][0], int(rank), int(world_size), store, out_dir,
                (float(dump_after_s), 200, PICKLE_WITHOUT_STACKS))
+
+
+def _end_once_all_dumped(out_dir: str, world_size: int, most_s: float) -> None:
+    """End this process once every rank's dump is in ``out_dir`` (at most ``most_s`` from now): a rank
+    that ended at once would close its connections and fail the collectives the others still wait in
+    before they dump, changing what they record. (Defined here, below the jobs: the captured stacks
+    name the jobs' lines.)"""
+    deadline = time.monotonic() + most_s
+    while time.monotonic() < deadline and not all(
+            Path(out_dir, f"{DUMP_PREFIX}{rank}").exists() for rank in range(world_size)):
+        time.sleep(0.02)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -144,11 +144,13 @@ def test_orders_across_groups_a_dtype_shift_a_lone_member_and_a_death_are_each_n
     verdict = jobs["orders"].verdict
     assert jobs["orders"].exit_codes[10] == 1 and verdict.missing == (10,)
     assert [(item.kind, item.group, item.culprits, item.detail) for item in verdict.findings] == [
-        (classes.MISMATCH, "1:first", (0, 1), classes.ORDER),
-        (classes.MISMATCH, "3:skips", (4,), classes.SKIPPED),
-        (classes.MISMATCH, "4:extra", (7,), classes.EXTRA),
-        (classes.BEHIND, "5:idle", (), ""),
-        (classes.MISSING, "0", (10,), "")]
+        (classes.MISMATCH, "2:first", (0, 1), classes.ORDER),
+        (classes.MISMATCH, "4:skips", (4,), classes.SKIPPED),
+        (classes.MISMATCH, "5:extra", (7,), classes.EXTRA),
+        (classes.BEHIND, "6:idle", (), ""),
+        (classes.MISSING, "0", (10,), ""),
+        (classes.BEHIND, "1:tail", (7,), "")]
+    assert verdict.findings[-1].elsewhere == "5:extra"
 
 
 def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):

@@ -185,39 +185,69 @@ def test_the_hosts_a_run_knows_are_named_where_the_communication_stopped():
 def test_groups_issued_in_crossed_orders_a_shifted_dtype_a_lone_member_and_a_death():
     verdict = verdict_of("orders")
     assert (verdict.ranks, verdict.world_size, verdict.missing) == ((*range(10), 11), 12, (10,))
-    # the two crossed groups are one finding; rank 10 is in no group anyone recorded: the job's finding
-    assert findings(verdict) == [(classes.MISMATCH, "1:first", (0, 1), classes.ORDER, 2, ""),
-                                 (classes.MISMATCH, "3:skips", (4,), classes.SKIPPED, 2, ""),
-                                 (classes.MISMATCH, "4:extra", (7,), classes.EXTRA, 2, ""),
-                                 (classes.BEHIND, "5:idle", (), "", 1, ""),
-                                 (classes.MISSING, "0", (10,), "", None, "")]
+    # the two crossed groups are one finding; rank 10 is in no group anyone recorded: the job's finding;
+    # a finding whose ranks are held up in another group comes after every finding that is not
+    assert findings(verdict) == [(classes.MISMATCH, "2:first", (0, 1), classes.ORDER, 2, ""),
+                                 (classes.MISMATCH, "4:skips", (4,), classes.SKIPPED, 2, ""),
+                                 (classes.MISMATCH, "5:extra", (7,), classes.EXTRA, 2, ""),
+                                 (classes.BEHIND, "6:idle", (), "", 1, ""),
+                                 (classes.MISSING, "0", (10,), "", None, ""),
+                                 (classes.BEHIND, "1:tail", (7,), "", 2, "5:extra")]
     assert [item.reading for item in verdict.findings] == [
-        "ranks 0-1 wait on each other across groups 1:first and 2:second: rank 0 in #2 all_reduce [4] Float "
-        "of 1:first, which rank 1 never entered; rank 1 in #2 all_reduce [4] Float of 2:second, which rank 0 "
+        "ranks 0-1 wait on each other across groups 2:first and 3:second: rank 0 in #2 all_reduce [4] Float "
+        "of 2:first, which rank 1 never entered; rank 1 in #2 all_reduce [4] Float of 3:second, which rank 0 "
         "never entered: they issue their collectives on these groups in different orders",
-        "rank 4 skipped a collective at #2 of group 3:skips: its #2 is the one ranks 2-3 issue next",
-        "rank 7 issued a collective at #2 of group 4:extra that ranks 5-6 never did",
-        "rank 9 is the only rank whose dump records group 5:idle, and it waits in #1 all_reduce [4] Float: "
+        "rank 4 skipped a collective at #2 of group 4:skips: its #2 is the one ranks 2-3 issue next",
+        "rank 7 issued a collective at #2 of group 5:extra that ranks 5-6 never did",
+        "rank 9 is the only rank whose dump records group 6:idle, and it waits in #1 all_reduce [4] Float: "
         "the group's other members never entered it, or left no dump (the dumps do not list members: find "
         "them where the group is created)",
-        "rank 10 left no dump: dead or unreachable"]
+        "rank 10 left no dump: dead or unreachable",
+        "rank 7 never entered #2 all_reduce [4] Float of group 1:tail, which rank 6 entered: in flight in "
+        "group 5:extra (its finding says why)"]
     report = groups(verdict)
     assert report["first"] == ((0, 1), False, 0, (2, "all_reduce"), [
-        ((0,), 2, "all_reduce", ""), ((1,), 1, "all_reduce", "in flight in group 2:second")])
+        ((0,), 2, "all_reduce", ""), ((1,), 1, "all_reduce", "in flight in group 3:second")])
     assert report["second"] == ((0, 1), False, 0, (2, "all_reduce"), [
-        ((0,), 1, "all_reduce", "in flight in group 1:first"), ((1,), 2, "all_reduce", "")])
+        ((0,), 1, "all_reduce", "in flight in group 2:first"), ((1,), 2, "all_reduce", "")])
     # int32 then float32 on ranks 2-3; rank 4's float32 was paired with their int32 and completed
     assert report["skips"] == ((2, 3, 4), False, 0, (3, "all_reduce"), [((2, 3), 3, "all_reduce", ""),
                                                                        ((4,), 2, "all_reduce", "")])
-    assert report["extra"] == ((5, 6, 7), False, 0, (3, "all_reduce"), [((5, 6), 2, "all_reduce", ""),
-                                                                       ((7,), 3, "all_reduce", "")])
+    assert report["extra"] == ((5, 6, 7), False, 0, (3, "all_reduce"), [
+        ((5,), 2, "all_reduce", ""), ((6,), 2, "all_reduce", "in flight in group 1:tail"),
+        ((7,), 3, "all_reduce", "")])
+    assert report["tail"] == ((6, 7), False, 0, (2, "all_reduce"), [
+        ((6,), 2, "all_reduce", ""), ((7,), 1, "all_reduce", "in flight in group 5:extra")])
     assert report["idle"] == ((9,), False, 0, (1, "all_reduce"), [((9,), 1, "all_reduce", "")])
-    # rank 11's all-reduce with the dead rank 10 failed as gloo connected the group: nothing recorded, as
-    # rank 8's computing from the start: neither is in a group anyone recorded
-    assert set(report) == {"first", "second", "skips", "extra", "idle"}  # nor the world group
+    # rank 11 issues nothing, its group's other member dead, and rank 8 computes from the start: neither
+    # is in a group anyone recorded
+    assert set(report) == {"tail", "first", "second", "skips", "extra", "idle"}  # nor the world group
     skipped, extra = verdict.findings[1:3]
     assert [(ranks, side.dtype) for ranks, side in skipped.sides] == [((2, 3), "Int"), ((4,), "Float")]
     assert [(ranks, side.dtype) for ranks, side in extra.sides] == [((5, 6), "Float"), ((7,), "Int")]
+
+
+def test_one_dump_alone_is_a_world_of_one_and_a_member_the_caller_adds_is_missing_held_nowhere():
+    job = load_job([str(CAPTURED / "cut_all_reduce" / "fr_rank_0")])
+    alone = diagnose(job)
+    assert (alone.world_size, alone.missing) == (1, ())
+    assert findings(alone) == [(classes.BEHIND, "0:default_pg", (), "", 4, "")]  # a group of one waits
+    # with a third rank the caller knows of, ranks 0 and 1 wait in the group it is missing from: the
+    # missing rank is the finding, and the others are held in this group, not elsewhere
+    three = diagnose(load_job([str(CAPTURED / "cut_all_reduce")]), world_size=3)
+    assert findings(three) == [(classes.MISSING, "0:default_pg", (2,), "", 4, "")]
+    assert three.findings[0].reading == (
+        "rank 2 of group 0:default_pg left no dump: dead or unreachable; the others reached #4 all_reduce "
+        "[1048576] Float (in flight (scheduled))")
+
+
+def test_members_a_dump_lists_beyond_the_dumps_widen_the_world_and_are_missing(tmp_path):
+    def listed(rank: int, dump: dict) -> None:  # NCCL's pg_config lists each group's members
+        dump["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": json.dumps([0, 1, 2])}}
+
+    verdict = diagnose_files([str(_edited(CAPTURED / "cut_all_reduce", tmp_path / "listed", listed))])
+    assert (verdict.world_size, verdict.missing) == (3, (2,))
+    assert findings(verdict) == [(classes.MISSING, "0:default_pg", (2,), "", 4, "")]
 
 
 def _line(marker: str) -> int:
