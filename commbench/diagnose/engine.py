@@ -76,10 +76,9 @@ def _crossed(findings: list[Finding], reports: list[GroupReport]) -> list[Findin
     held = {item.group: item for item in findings if item.kind == classes.BEHIND and item.elsewhere}
     stopped = {group_label(report.name, report.desc): report.stopped_at for report in reports}
     crossed: dict[str, Finding] = {}  # the first group's label -> the finding standing for the pair
-    for label, item in held.items():
-        other = held.get(item.elsewhere)
-        if other is None or other.elsewhere != label or item.elsewhere in crossed:
-            continue
+    pairs = [(label, item, held[item.elsewhere]) for label, item in held.items()
+             if item.elsewhere in held and held[item.elsewhere].elsewhere == label and label < item.elsewhere]
+    for label, item, other in pairs:
         ranks = tuple(sorted({*item.culprits, *other.culprits}))
         crossed[label] = Finding(
             classes.MISMATCH, label, ranks,
