@@ -46,26 +46,25 @@ def passes_copy(source: Path, target: Path, passes: set[int], factor: float = 1.
     return slowed_copy(target, target, factor, collective) if factor != 1.0 else target
 
 
-# Three ways to split ten passes into two halves of five, each half spread over the run's time: the
-# passes run one after another, and a machine whose load changes halfway (CI's did: its last five passes
-# 2x slower than its first five) is a real difference the gate is right to fail. Only halves that share
-# the run's time are the same distribution twice.
-HALVES = {"even and odd": ({0, 2, 4, 6, 8}, {1, 3, 5, 7, 9}),
-          "outer and inner": ({0, 1, 4, 8, 9}, {2, 3, 5, 6, 7}),
-          "shuffled": ({0, 3, 4, 7, 8}, {1, 2, 5, 6, 9})}
+# Whether the gate stays quiet on real noise is a rate, not a yes or no: halves of one real run failed
+# it (CI: a 1 KiB reduce_scatter 3.6x slower in one half's passes, q=0.048), as a gate at a 5% false
+# discovery rate may. That rate is measured where it can be counted, scripts/bench_gate.py on real
+# runs and tests/test_gate_statistics.py on drawn ones. Here the gate is given real passes whose
+# change is known: the base's own passes 5% slower (under the 10% line, so no spread can make them
+# significantly beyond it) pass, and the other passes 20x slower fail.
+UNDER_THE_LINE = 1.05
 
 
-@pytest.mark.parametrize("split", HALVES)
-def test_halves_of_one_repeated_run_pass_the_gate_and_fail_it_20x_slower(repeated_run, tmp_path, split):
+def test_a_change_under_the_line_passes_the_gate_and_20x_slower_fails_it(repeated_run, tmp_path):
     source = repeated_run.json
-    first, second = HALVES[split]
-    a = passes_copy(source, tmp_path / "a.json", first)
-    b = passes_copy(source, tmp_path / "b.json", second)
+    a = passes_copy(source, tmp_path / "a.json", {0, 2, 4, 6, 8})
+    b = passes_copy(source, tmp_path / "b.json", {0, 2, 4, 6, 8}, factor=UNDER_THE_LINE)
     same = commbench("compare", str(a), str(b), "--fail-above", "10", timeout=120)
     assert same.returncode == 0, same.stdout + same.stderr
     assert "regression gate (--fail-above 10%): passed" in same.stdout and same.stderr == ""
+    assert "1.05x slower" in same.stdout  # each point, and each collective's points together
     assert "±" in same.stdout and "of 5" in same.stdout  # the base's spread over its five passes
-    slowed = passes_copy(source, tmp_path / "b20.json", second, factor=20.0)
+    slowed = passes_copy(source, tmp_path / "b20.json", {1, 3, 5, 7, 9}, factor=20.0)
     slow = commbench("compare", str(a), str(slowed), "--fail-above", "10", timeout=120)
     assert slow.returncode == 1, slow.stdout + slow.stderr
     assert "FAILED, 8 significant slowdowns above 10% (6 points, 2 collectives taken together)" in slow.stdout
@@ -139,8 +138,8 @@ def test_the_gate_line_is_a_percentage_of_the_p50(repeated_run, tmp_path, capsys
 
 def test_files_pool_into_a_side_with_base(repeated_run, tmp_path, capsys):
     source = repeated_run.json
-    # each side spread over the run's time (see HALVES): pooled base 0 2 4 5 7 9 against new 1 3 6 8,
-    # and at the end base 0 2 7 9 against new 1 3 4 5 6 8
+    # pooled base 0 2 4 5 7 9 against new 1 3 6 8; at the end base 0 2 7 9 against the same passes
+    # 5% slower, from two files (see UNDER_THE_LINE)
     bases = [passes_copy(source, tmp_path / f"base{n}.json", pair)
              for n, pair in enumerate(({0, 9}, {2, 7}, {4, 5}))]
     new = passes_copy(source, tmp_path / "new.json", {1, 3, 6, 8})
@@ -151,9 +150,12 @@ def test_files_pool_into_a_side_with_base(repeated_run, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"base 3 files ({bases[0]}, {bases[1]}, {bases[2]})\nvs new ")  # over 100: 2 lines
     assert "of 6" in out and "FAILED, 8 significant slowdowns above 10% (6 points" in out
-    assert main(["compare", "--base", str(bases[0]), "--base", str(bases[1]), str(new), str(bases[2]),
+    under = [passes_copy(source, tmp_path / f"under{n}.json", pair, factor=UNDER_THE_LINE)
+             for n, pair in enumerate(({0, 9}, {2, 7}))]
+    assert main(["compare", "--base", str(bases[0]), "--base", str(bases[1]), str(under[0]), str(under[1]),
                  "--fail-above", "10"]) == 0  # the new side pools two files too
-    assert "passed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"vs new 2 files ({under[0]}, {under[1]})" in out and "of 4" in out and "passed" in out
 
 
 def one_pass_repeated(source: Path, target: Path, times: int, factor: float = 1.0) -> Path:
