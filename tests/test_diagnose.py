@@ -347,7 +347,8 @@ def test_a_pickle_that_crashes_or_stalls_its_reader_is_refused_by_name_and_no_re
     assert _children() <= before
 
 
-WRONG_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True),
+WRONG_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.integers(2**63 - 1, 2**70),
+                         st.floats(allow_nan=True),
                          st.text(max_size=4), st.lists(st.integers(-2, 2), max_size=3),
                          st.lists(st.lists(st.text(max_size=2), max_size=2), max_size=2),
                          st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))

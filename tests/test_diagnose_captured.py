@@ -18,6 +18,7 @@ from commbench.diagnose.command import diagnose_files
 from commbench.diagnose.engine import diagnose
 from commbench.diagnose.loading import load_job
 from commbench.diagnose.verdict import Verdict
+from commbench.errors import UsageError
 
 CAPTURED = Path(__file__).parent / "data" / "diagnose"
 DONE, WAITING = "completed", "in flight (scheduled)"
@@ -307,6 +308,24 @@ def test_a_dump_left_out_is_missing_and_the_rest_still_judged(tmp_path):
         (classes.MISMATCH, "1:differs", (2,), classes.DIFFERENT_COLLECTIVE, 2, ""),
         (classes.BEHIND, "2:stuck", (5,), "", 2, "")]
     assert (classes.MISSING, "0:default_pg", (6,)) in [item[:3] for item in findings(verdict)]
+
+
+@pytest.mark.parametrize("key,value", [("collective_seq_id", -1), ("p2p_seq_id", -5),
+                                       ("collective_seq_id", 2**63), ("p2p_seq_id", 2**70)])
+def test_a_sequence_id_below_0_or_past_int64_is_one_line_naming_entry_and_field(tmp_path, key, value):
+    # torch counts sequence ids up from 0; a negative one would sort before every real one, and one past
+    # int64 cannot be held with the others
+    for path in (CAPTURED / "healthy").iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    dump = tmp_path / "fr_rank_1"
+    payload = pickle.loads(dump.read_bytes())
+    payload["entries"][3][key] = value
+    dump.write_bytes(pickle.dumps(payload))
+    with pytest.raises(UsageError) as refused:
+        diagnose_files([str(tmp_path)])
+    message = str(refused.value)
+    assert str(dump) in message and "entry 3" in message and "\n" not in message
+    assert f"{key} is not a sequence id (0 to 2**63 - 1)" in message
 
 
 def test_ranks_the_caller_knows_beyond_the_dumps_are_missing_and_hosts_are_named():

@@ -30,6 +30,7 @@ Shape = tuple[int, ...]
 Frame = tuple[str, str, int]  # (function, file, line)
 STATE_CODES = {fields.SCHEDULED: 0, fields.STARTED: 1, fields.COMPLETED: 2}
 NO_STACK = -1
+SEQ_LIMIT = 2**63  # sequence ids count up from 0, and are held as int64
 REQUIRED_FIELDS = ("process_group", "collective_seq_id", "p2p_seq_id", "profiling_name", "input_sizes",
                    "output_sizes", "input_dtypes", "output_dtypes", "state", "retired")
 _PICK = itemgetter(*REQUIRED_FIELDS)
@@ -215,6 +216,8 @@ class _Columns:
                                    (retired, "retired", bool)):
             if not set(map(type, values)) <= {kind}:
                 raise TypeError(name)
+            if kind is int and values and not 0 <= min(values) <= max(values) < SEQ_LIMIT:
+                raise ValueError(name)
         first, group_codes = _distinct(_hashable(groups))
         self.groups = [fields.group(entries[position]) for position in first]
         first, signature_codes = _distinct(list(map(marshal.dumps, zip(
@@ -274,6 +277,8 @@ def _problem(entry: Any) -> str | None:
     for key in ("collective_seq_id", "p2p_seq_id"):
         if type(entry[key]) is not int:
             return f"{key} is not an integer"
+        if not 0 <= entry[key] < SEQ_LIMIT:
+            return f"{key} is not a sequence id (0 to 2**63 - 1)"
     if type(entry["retired"]) is not bool:
         return "retired is not true or false"
     if not isinstance(entry["profiling_name"], str):
