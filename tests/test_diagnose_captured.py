@@ -7,6 +7,7 @@ follows from its program (which rank does what where); tests/test_diagnose.py ru
 
 import json
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -392,3 +393,39 @@ def test_the_command_exits_1_exactly_when_it_names_a_culprit(job, status, culpri
     found = json.loads(capsys.readouterr().out)
     assert found["culprit_found"] is bool(status)
     assert [item["culprits"] for item in found["findings"]] == culprits
+
+
+def _shown(verdict: Verdict) -> dict[tuple[str, tuple[int, ...]], tuple[int, str, str]]:
+    """(group, ranks) -> (seq, op, stack) of each state's last operation."""
+    return {(report.desc, state.ranks): (state.last.seq, state.last.op, state.last.stack)
+            for report in verdict.groups for state in report.states if state.last is not None}
+
+
+def test_a_ring_buffer_that_kept_only_the_last_entry_still_names_where_it_came_from(tmp_path):
+    # a Flight Recorder whose buffer holds one entry keeps each rank's last: its stack is then the job's
+    # first, and is shown as any other
+    whole = _shown(verdict_of("healthy"))
+    def last_only(rank: int, dump: dict) -> None:
+        del dump["entries"][:-1]
+    kept = _shown(diagnose_files([str(_edited(CAPTURED / "healthy", tmp_path / "last", last_only))]))
+    assert kept == {("default_pg", (0, 1)): whole[("default_pg", (0, 1))]}
+    seq, op, stack = kept[("default_pg", (0, 1))]
+    assert (seq, op) == (11, "barrier") and re.fullmatch(r"diagnose_programs\.py:\d+ healthy", stack)
+
+
+@pytest.mark.parametrize("stripped", [0, 1])
+def test_a_dump_without_frames_shows_no_call_site_and_the_others_keep_theirs(tmp_path, stripped):
+    # the JSON form of a dump records no frames: its operations come from nowhere the verdict can name,
+    # and where that rank stands is shown apart from the other's, whose call sites stay
+    def strip(rank: int, dump: dict) -> None:
+        for entry in dump["entries"] if rank == stripped else ():
+            entry.pop("frames", None)
+    whole = _shown(verdict_of("healthy"))
+    verdict = diagnose_files([str(_edited(CAPTURED / "healthy", tmp_path / "stripped", strip))])
+    assert findings(verdict) == []
+    shown = _shown(verdict)
+    for (group, ranks), (seq, op, stack) in whole.items():
+        assert ranks == (0, 1) and stack.startswith("diagnose_programs.py:")
+        assert shown[(group, (1 - stripped,))] == (seq, op, stack)
+        assert shown[(group, (stripped,))] == (seq, op, "")
+    assert len(shown) == 2 * len(whole)
