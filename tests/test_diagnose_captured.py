@@ -429,3 +429,24 @@ def test_a_dump_without_frames_shows_no_call_site_and_the_others_keep_theirs(tmp
         assert shown[(group, (1 - stripped,))] == (seq, op, stack)
         assert shown[(group, (stripped,))] == (seq, op, "")
     assert len(shown) == 2 * len(whole)
+
+
+def test_a_rank_whose_dump_holds_nothing_is_behind_and_the_group_it_never_recorded_says_so(tmp_path):
+    # rank 1 dumped before its first collective (or its buffer was emptied): it left a dump, so it is
+    # not dead; it is behind in the world group, and the pair group's second member is among the
+    # ranks whose dumps hold nothing of it
+    def emptied(rank: int, dump: dict) -> None:
+        if rank == 1:
+            dump["entries"] = []
+    verdict = diagnose_files([str(_edited(CAPTURED / "healthy", tmp_path / "empty", emptied))])
+    assert verdict.missing == () and verdict.world_size == 2
+    assert findings(verdict)[0] == (classes.BEHIND, "0:default_pg", (1,), "", 11, "")
+    assert verdict.findings[0].reading.startswith(
+        "rank 1 never entered #11 barrier [-] - of group 0:default_pg, which rank 0 entered: in no collective "
+        "the recorder holds")
+    assert findings(verdict)[1] == (classes.MISSING, "1:pair", (), "", 1, "")
+    assert verdict.findings[1].reading == (
+        "1 member of group 1:pair in no dump, though every rank left one: among rank 1, no entry of the group "
+        "in their dump (dropped from the recorder's buffer, or the group never reached); the others "
+        "reached #1 all_gather [8 -> 2x8] Float (completed)")
+    assert groups(verdict)["default_pg"][4] == [((0,), 11, "barrier", ""), ((1,), None, None, "")]

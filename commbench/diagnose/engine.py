@@ -403,10 +403,18 @@ class _Judge:
             return Finding(classes.MISSING, self.label, tuple(absent),
                            f"{ranks_text(absent)} of group {self.label} left no dump: dead or "
                            f"unreachable{at}", seq=self.stop, elsewhere=elsewhere)
-        who = f" ({ranks_text(list(self.context.missing))} left none)" if self.context.missing else ""
         members = f"{unnamed} member{'s' if unnamed > 1 else ''}"
-        return Finding(classes.MISSING, self.label, self.context.missing,
-                       f"{members} of group {self.label} left no dump{who}: dead or unreachable{at}",
+        if self.context.missing:
+            return Finding(classes.MISSING, self.label, self.context.missing,
+                           f"{members} of group {self.label} left no dump "
+                           f"({ranks_text(list(self.context.missing))} left none): dead or unreachable{at}",
+                           seq=self.stop, elsewhere=elsewhere)
+        # every rank left a dump: the members not named are among those whose dump holds nothing of it
+        quiet = [rank for rank in sorted(self.context.job.dumps) if rank not in self.tracks]
+        among = (f": among {ranks_text(quiet)}, no entry of the group in their dump (dropped from the "
+                 "recorder's buffer, or the group never reached)") if quiet else ""
+        return Finding(classes.MISSING, self.label, (),
+                       f"{members} of group {self.label} in no dump, though every rank left one{among}{at}",
                        seq=self.stop, elsewhere=elsewhere)
 
     def stalled(self, known: bool) -> Finding | None:
