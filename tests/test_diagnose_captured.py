@@ -442,11 +442,24 @@ def test_a_rank_whose_dump_holds_nothing_is_behind_and_the_group_it_never_record
     assert verdict.missing == () and verdict.world_size == 2
     assert findings(verdict)[0] == (classes.BEHIND, "0:default_pg", (1,), "", 11, "")
     assert verdict.findings[0].reading.startswith(
-        "rank 1 never entered #11 barrier [-] - of group 0:default_pg, which rank 0 entered: in no collective "
-        "the recorder holds")
+        "rank 1 never entered #11 barrier [-] - of group 0:default_pg, which rank 0 entered: in no "
+        "collective the recorder holds")
     assert findings(verdict)[1] == (classes.MISSING, "1:pair", (), "", 1, "")
     assert verdict.findings[1].reading == (
-        "1 member of group 1:pair in no dump, though every rank left one: among rank 1, no entry of the group "
-        "in their dump (dropped from the recorder's buffer, or the group never reached); the others "
-        "reached #1 all_gather [8 -> 2x8] Float (completed)")
+        "1 member of group 1:pair in no dump, though every rank left one: among rank 1, no entry of the "
+        "group in their dump (dropped from the recorder's buffer, or the group never reached); the "
+        "others reached #1 all_gather [8 -> 2x8] Float (completed)")
     assert groups(verdict)["default_pg"][4] == [((0,), 11, "barrier", ""), ((1,), None, None, "")]
+
+
+def test_ranks_whose_buffer_kept_only_their_last_entry_still_show_who_is_behind(tmp_path):
+    # ranks 3 and 4 kept only the all-reduce they wait in (a Flight Recorder buffer of one): what rank 5
+    # did last (#1 of 'stuck') is in no dump of theirs, and rank 5 is still the one behind
+    def last_only(rank: int, dump: dict) -> None:
+        if rank in (3, 4):
+            del dump["entries"][:-1]
+    verdict = diagnose_files([str(_edited(CAPTURED / "desyncs", tmp_path / "last", last_only))])
+    assert findings(verdict)[2] == (classes.BEHIND, "2:stuck", (5,), "", 2, "")
+    assert verdict.findings[2].reading.startswith(
+        "rank 5 never entered #2 all_reduce [4] Float of group 2:stuck, which ranks 3-4 entered: in no "
+        "collective the recorder holds")
