@@ -195,6 +195,69 @@ def test_rank_that_is_still_busy_is_named():
     assert "rank 1 did not arrive (rank 1 still in size 1 KiB)" in str(results[0])
 
 
+class StopsAt:
+    """A rank's store that stops answering it at one request, as a rank stopped (SIGSTOP) right there
+    would: before the request (``after=False``) or once it is done. ``release`` lets it go on."""
+
+    def __init__(self, store, method: str, key_end: str, after: bool) -> None:
+        self._store, self._method, self._key_end, self._after = store, method, key_end, after
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str):
+        request = getattr(self._store, name)
+        if name != self._method:
+            return request
+
+        def stopping(key, *args):
+            if not key.endswith(self._key_end):
+                return request(key, *args)
+            if not self._after:
+                self.release.wait(30)
+            result = request(key, *args)
+            if self._after:
+                self.release.wait(30)
+            return result
+        return stopping
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-counting-in", "counted-in-last"])
+def test_a_rank_stopped_inside_its_check_in_arrived_and_the_step_goes_on(after):
+    # Rank 2 said it is at the step (at/2), then stopped: before counting itself in, or as the last to
+    # count itself in, before saying all are there. It did arrive: the others go on (the collective after
+    # the step names it if it stays stopped), rather than time out naming nobody.
+    ranks = Ranks(3, timeout_s=0.5)
+    stalled = StopsAt(ranks.coordinators[2]._store, "add", "/n", after)
+    ranks.coordinators[2] = Coordinator(stalled, 2, 3, 0.5, "here")
+    watcher = dist.PrefixStore(key_prefix("0"), dist.TCPStore("127.0.0.1", ranks.port, 3, False,
+                                                              timedelta(seconds=30)))
+    results = {}
+
+    def counted_in() -> int:
+        return watcher.add("step/1/1/n", 0)
+
+    def check_in(rank: int) -> None:
+        try:
+            results[rank] = ranks.coordinators[rank].check_in("size 1 KiB", "1")
+        except Exception as exc:  # collected for the assertions
+            results[rank] = exc
+
+    threads = [threading.Thread(target=check_in, args=(rank,)) for rank in range(3)]
+    try:
+        for thread in threads[:2]:
+            thread.start()
+        while after and counted_in() < 2:  # rank 2 the last to count itself in
+            time.sleep(0.01)
+        threads[2].start()
+        for thread in threads[:2]:
+            thread.join(timeout=30)
+        assert counted_in() == (3 if after else 2)  # where rank 2 stopped
+        assert results == {0: 0, 1: 0}, results
+    finally:
+        stalled.release.set()
+        for thread in threads:
+            thread.join(timeout=30)
+
+
 def test_rank_that_never_joins_is_named_on_every_rank_that_did():
     ranks = Ranks(4, timeout_s=0.5)
     results = ranks.run(lambda c: c.join(), ranks=[0, 1])

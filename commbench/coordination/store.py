@@ -434,7 +434,13 @@ class Coordinator:
         try:
             self._wait(f"{step_key}/go", deadline)
         except _Deadline:
-            raise CheckInFailed(self._missing_message(label, signature)) from None
+            missing = self._missing_message(label, signature)
+            if missing:
+                raise CheckInFailed(missing) from None
+            # Every rank's at/ says it reached this step: one stopped between saying so and counting
+            # itself in (or, the last, before setting go), so it did arrive. The step goes ahead; if
+            # that rank stays stopped, the collective after it times out and names it as silent.
+            self._call("set", f"{step_key}/go", "1")
         except _Trouble:
             raise CheckInFailed(f"{label}: stopped on rank {self.rank} before the start: "
                                 f"{self.peer_accounts() or 'another rank failed'}") from None
@@ -443,6 +449,8 @@ class Coordinator:
         return int(stop) if stop else 0
 
     def _missing_message(self, label: str, signature: str) -> str:
+        """Which ranks did not arrive at this step and where each was seen ('' when every rank's at/
+        shows this step and signature: none is missing)."""
         absent: list[int] = []
         dead: list[str] = []
         behind: dict[str, list[int]] = {}
@@ -466,6 +474,8 @@ class Coordinator:
                 elsewhere.setdefault(where, []).append(rank)
             else:  # the same collective and size, other settings: the ranks were started differently
                 elsewhere.setdefault(f"{their_signature!r} (here {signature!r})", []).append(rank)
+        if not absent:
+            return ""
         parts = [*dead]
         parts += [f"{format_ranks(ranks)} still in {where}" for where, ranks in behind.items()]
         parts += [f"{format_ranks(ranks)} at {where} instead" for where, ranks in elsewhere.items()]
