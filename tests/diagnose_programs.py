@@ -303,11 +303,53 @@ def orders(rank: int, world_size: int) -> None:
     _park()
 
 
+VARIANT_GROUPS = {"skip": [0, 1, 2], "extra": [3, 4, 5], "tie": [6, 7], "hold": [8, 9, 10],
+                  "side": [8, 9, 10]}
+
+
+def variants(rank: int, world_size: int) -> None:
+    """Eleven ranks, only in subgroups, where what is skipped or added differs from what came before it
+    (in 'orders' it is the all-reduce just before):
+    'skip': a good all-reduce of 2 elements, then ranks 0 and 1 all-reduce 4 int32 and 4 float32, rank 2
+    only the 4 float32 (gloo pairs it with their int32): their float32 waits;
+    'extra': rank 5 all-reduces 4 int32 as its group's first collective, then 4 float32 as ranks 3 and 4
+    do (gloo pairs their float32 with its int32): its float32 waits;
+    'tie': after a good all-reduce, rank 6 all-reduces int32 then float32, rank 7 float32 then int32:
+    each is the other's order, no majority (gloo pairs both; nothing waits);
+    'hold' and 'side' (both ranks 8-10), after a good all-reduce in each: rank 8 all-reduces in 'hold'
+    then 'side', ranks 9 and 10 in 'side' then 'hold': crossed orders where two ranks are behind and
+    one ahead."""
+    groups = _groups(VARIANT_GROUPS)
+    x, whole = torch.ones(4), torch.ones(4, dtype=torch.int32)
+    name = next(name for name, members in VARIANT_GROUPS.items() if rank in members)
+    group = groups[name]
+    if name == "skip":
+        dist.all_reduce(torch.ones(2), group=group)
+        if rank != 2:
+            dist.all_reduce(whole, group=group)
+        dist.all_reduce(x, group=group)
+    elif name == "extra":
+        if rank == 5:
+            dist.all_reduce(whole, group=group)
+        dist.all_reduce(x, group=group)
+    elif name == "tie":
+        dist.all_reduce(torch.ones(2), group=group)
+        for each in (whole, x) if rank == 6 else (x, whole):
+            dist.all_reduce(each, group=group)
+    else:
+        dist.all_reduce(x, group=groups["hold"])
+        dist.all_reduce(x, group=groups["side"])
+        for each in ("hold", "side") if rank == 8 else ("side", "hold"):
+            dist.all_reduce(x, group=groups[each])
+    _park()
+
+
 # name -> (job, ranks, how its ranks dump): the skipped collective is told by its call site, so the
 # desyncs job keeps its stacks; the others show the faster and the JSON forms read alike
 JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS),
-        "splits": (splits, 5, PICKLE_WITHOUT_STACKS), "orders": (orders, 12, PICKLE_WITHOUT_STACKS)}
+        "splits": (splits, 5, PICKLE_WITHOUT_STACKS), "orders": (orders, 12, PICKLE_WITHOUT_STACKS),
+        "variants": (variants, 11, PICKLE_WITHOUT_STACKS)}
 
 
 def _wait_for_the_cut() -> None:

@@ -153,6 +153,16 @@ def test_orders_across_groups_a_dtype_shift_a_lone_member_and_a_death_are_each_n
     assert verdict.findings[-1].elsewhere == "5:extra"
 
 
+def test_a_skip_an_extra_first_collective_a_tie_and_a_three_rank_crossing_are_each_named(jobs):
+    verdict = jobs["variants"].verdict
+    assert jobs["variants"].exit_codes == dict.fromkeys(range(11), 0) and verdict.missing == ()
+    assert [(item.kind, item.group, item.culprits, item.detail, item.seq) for item in verdict.findings] == [
+        (classes.MISMATCH, "1:skip", (2,), classes.SKIPPED, 2),
+        (classes.MISMATCH, "2:extra", (5,), classes.EXTRA, 1),
+        (classes.MISMATCH, "3:tie", (6, 7), classes.DIFFERENT_DTYPE, 2),
+        (classes.MISMATCH, "4:hold", (8, 9, 10), classes.ORDER, 2)]
+
+
 def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):
     for path in jobs["desyncs"].directory.iterdir():
         if not path.name.endswith("_6"):

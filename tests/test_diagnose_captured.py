@@ -229,6 +229,40 @@ def test_groups_issued_in_crossed_orders_a_shifted_dtype_a_lone_member_and_a_dea
     assert [(ranks, side.dtype) for ranks, side in extra.sides] == [((5, 6), "Float"), ((7,), "Int")]
 
 
+def test_a_skip_after_a_good_collective_an_extra_first_one_a_tie_and_a_three_rank_crossing():
+    verdict = verdict_of("variants")
+    assert (verdict.world_size, verdict.missing) == (11, ())
+    assert findings(verdict) == [(classes.MISMATCH, "1:skip", (2,), classes.SKIPPED, 2, ""),
+                                 (classes.MISMATCH, "2:extra", (5,), classes.EXTRA, 1, ""),
+                                 (classes.MISMATCH, "3:tie", (6, 7), classes.DIFFERENT_DTYPE, 2, ""),
+                                 (classes.MISMATCH, "4:hold", (8, 9, 10), classes.ORDER, 2, "")]
+    skipped, extra, tie, crossed = verdict.findings
+    # rank 2's float32 was paired with ranks 0-1's int32 (#2), after a good first all-reduce
+    assert skipped.reading == ("rank 2 skipped a collective at #2 of group 1:skip: its #2 is the one "
+                               "ranks 0-1 issue next")
+    assert [(ranks, side.dtype) for ranks, side in skipped.sides] == [((0, 1), "Int"), ((2,), "Float")]
+    # rank 5's extra is its group's very first collective
+    assert extra.reading == "rank 5 issued a collective at #1 of group 2:extra that ranks 3-4 never did"
+    assert [(ranks, side.dtype) for ranks, side in extra.sides] == [((3, 4), "Float"), ((5,), "Int")]
+    # two ranks, each the other's order: no majority to say which one is wrong, so both are named
+    assert "no majority (rank 6 all_reduce [4] Int; rank 7 all_reduce [4] Float)" in tie.reading
+    assert [(ranks, side.dtype) for ranks, side in tie.sides] == [((6,), "Int"), ((7,), "Float")]
+    assert crossed.reading == (
+        "ranks 8-10 wait on each other across groups 4:hold and 5:side: rank 8 in #2 all_reduce [4] Float of "
+        "4:hold, which ranks 9-10 never entered; ranks 9-10 in #2 all_reduce [4] Float of 5:side, which "
+        "rank 8 never entered: they issue their collectives on these groups in different orders")
+    report = groups(verdict)
+    assert report["skip"] == ((0, 1, 2), False, 0, (3, "all_reduce"), [((0, 1), 3, "all_reduce", ""),
+                                                                     ((2,), 2, "all_reduce", "")])
+    assert report["extra"] == ((3, 4, 5), False, 0, (2, "all_reduce"), [((3, 4), 1, "all_reduce", ""),
+                                                                      ((5,), 2, "all_reduce", "")])
+    assert report["hold"][4] == [((8,), 2, "all_reduce", ""),
+                                 ((9, 10), 1, "all_reduce", "in flight in group 5:side")]
+    assert report["side"][4] == [((8,), 1, "all_reduce", "in flight in group 4:hold"),
+                                 ((9, 10), 2, "all_reduce", "")]
+    assert set(report) == {"skip", "extra", "tie", "hold", "side"}
+
+
 def test_one_dump_alone_is_a_world_of_one_and_a_member_the_caller_adds_is_missing_held_nowhere():
     job = load_job([str(CAPTURED / "cut_all_reduce" / "fr_rank_0")])
     alone = diagnose(job)
