@@ -173,7 +173,17 @@ def test_a_link_slowed_for_part_of_a_soak_shows_as_spikes_on_that_hosts_pairs(ne
     asked, placed, lifted = window
     spikes = [spike for spike in json.loads((tmp_path / "fabric.json").read_text())["fabric"]["spikes"]
               if spike["metric"] == "bandwidth"]
-    assert spikes and all(1 in (spike["src"], spike["dst"]) for spike in spikes)
-    assert all(asked <= found <= lifted for spike in spikes for found in spike["passes"]), (window, spikes)
-    assert any(placed + 1 in spike["passes"] for spike in spikes), (window, spikes)
+    through_h1 = [spike for spike in spikes if 1 in (spike["src"], spike["dst"])]
+    # every direction through host 1 spikes in the pass slowed throughout, and only while it was slowed
+    assert {(spike["src"], spike["dst"]) for spike in through_h1 if placed + 1 in spike["passes"]} == \
+        {(0, 1), (1, 0), (1, 2), (2, 1)}, (window, spikes)
+    assert all(asked <= found <= lifted for spike in through_h1 for found in spike["passes"]), \
+        (window, spikes)
+    # A pair between hosts 0 and 2 may spike too, far less: every message starts at a world barrier, and
+    # of gloo's dissemination barrier's two rounds one rank's release waits for host 1, so that pair's
+    # receiver can start its clock before its sender is released (or the runner was busy). What stands
+    # out is host 1's: each of its spikes is deeper than any other's
+    others = [spike for spike in spikes if spike not in through_h1]
+    assert all(spike["worst_ratio"] > max(mine["worst_ratio"] for mine in through_h1) for spike in others), \
+        (window, spikes)
     assert "spikes: " in results[0][1]
