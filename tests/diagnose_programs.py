@@ -344,12 +344,39 @@ def variants(rank: int, world_size: int) -> None:
     _park()
 
 
+HOLD_GROUPS = {"gate": [0, 1, 2], "left": [1, 3], "right": [2, 3], "mix": [0, 1, 3]}
+
+
+def holds(rank: int, world_size: int) -> None:
+    """Five ranks, where the ranks a group waits for are held in different places:
+    the world group: ranks 0-3 start an all-reduce (not waiting for it) and rank 4 issues nothing at all,
+    so its dump records nothing and the world group stops at its first collective;
+    'gate', 'left', 'right', 'mix', after a good all-reduce in each: rank 0 starts an all-reduce in 'mix'
+    and all-reduces in 'gate', rank 1 in 'left', rank 2 in 'right', and rank 3, their partner in 'left',
+    'right' and 'mix', issues nothing more: ranks 1 and 2, behind in 'gate', are each held in another
+    group; of ranks 1 and 3, behind in 'mix', rank 1 is held in 'left' and rank 3 in none."""
+    groups = _groups(HOLD_GROUPS)
+    if rank == 4:
+        _park()
+    started = [dist.all_reduce(torch.ones(4), async_op=True)]  # never completes: rank 4 never joins
+    x = torch.ones(4)
+    for name in HOLD_GROUPS:
+        if rank in HOLD_GROUPS[name]:
+            dist.all_reduce(x, group=groups[name])
+    if rank == 0:
+        started.append(dist.all_reduce(torch.ones(4), group=groups["mix"], async_op=True))
+    if rank < 3:
+        dist.all_reduce(x, group=groups[("gate", "left", "right")[rank]])
+    del started
+    _park()
+
+
 # name -> (job, ranks, how its ranks dump): the skipped collective is told by its call site, so the
 # desyncs job keeps its stacks; the others show the faster and the JSON forms read alike
 JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS),
         "splits": (splits, 5, PICKLE_WITHOUT_STACKS), "orders": (orders, 12, PICKLE_WITHOUT_STACKS),
-        "variants": (variants, 11, PICKLE_WITHOUT_STACKS)}
+        "variants": (variants, 11, PICKLE_WITHOUT_STACKS), "holds": (holds, 5, PICKLE_WITHOUT_STACKS)}
 
 
 def _wait_for_the_cut() -> None:

@@ -163,6 +163,16 @@ def test_a_skip_an_extra_first_collective_a_tie_and_a_three_rank_crossing_are_ea
         (classes.MISMATCH, "4:hold", (8, 9, 10), classes.ORDER, 2)]
 
 
+def test_ranks_held_in_different_groups_are_told_apart_and_an_empty_dump_is_behind(jobs):
+    verdict = jobs["holds"].verdict
+    assert jobs["holds"].exit_codes == dict.fromkeys(range(5), 0) and verdict.missing == ()
+    found = [(item.kind, item.group, item.culprits, item.seq, item.elsewhere) for item in verdict.findings]
+    assert found == [
+        (classes.BEHIND, "0:default_pg", (4,), 1, ""), (classes.BEHIND, "4:mix", (1, 3), 2, ""),
+        (classes.BEHIND, "2:left", (3,), 2, ""), (classes.BEHIND, "3:right", (3,), 2, ""),
+        (classes.BEHIND, "1:gate", (1, 2), 2, "2:left, 3:right")]
+
+
 def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):
     for path in jobs["desyncs"].directory.iterdir():
         if not path.name.endswith("_6"):

@@ -263,6 +263,39 @@ def test_a_skip_after_a_good_collective_an_extra_first_one_a_tie_and_a_three_ran
     assert set(report) == {"skip", "extra", "tie", "hold", "side"}
 
 
+def test_ranks_behind_in_a_group_are_told_where_each_is_held_and_an_empty_dump_is_behind_at_the_first():
+    verdict = verdict_of("holds")
+    assert (verdict.world_size, verdict.missing) == (5, ())
+    # the world group stopped at its first collective: rank 4, whose dump records nothing, never entered
+    # it; 'gate' waits for two ranks held in two other groups (their findings come first)
+    assert findings(verdict) == [(classes.BEHIND, "0:default_pg", (4,), "", 1, ""),
+                                 (classes.BEHIND, "4:mix", (1, 3), "", 2, ""),
+                                 (classes.BEHIND, "2:left", (3,), "", 2, ""),
+                                 (classes.BEHIND, "3:right", (3,), "", 2, ""),
+                                 (classes.BEHIND, "1:gate", (1, 2), "", 2, "2:left, 3:right")]
+    world, mix, left, _, gate = verdict.findings
+    idle = ("in no collective the recorder holds: busy outside communication, or in a send or recv (gloo "
+            "records none)")
+    assert world.reading == (f"rank 4 never entered #1 all_reduce [4] Float of group 0:default_pg, which "
+                             f"ranks 0-3 entered: {idle}; look at their stacks")
+    assert mix.reading == (f"ranks 1, 3 never entered #2 all_reduce [4] Float of group 4:mix, which rank 0 "
+                           f"entered: rank 1 in flight in group 2:left; rank 3 {idle}; look at their stacks")
+    assert left.reading == (f"rank 3 never entered #2 all_reduce [4] Float of group 2:left, which rank 1 "
+                            f"entered: {idle}; look at their stacks")
+    assert gate.reading == ("ranks 1-2 never entered #2 all_reduce [4] Float of group 1:gate, which rank 0 "
+                            "entered: rank 1 in flight in group 2:left; rank 2 in flight in group 3:right "
+                            "(their findings say why)")
+    report = groups(verdict)
+    left_in, right_in, gate_in = (f"in flight in group {label}" for label in ("2:left", "3:right", "1:gate"))
+    assert report["default_pg"] == ((0, 1, 2, 3, 4), False, 0, (1, "all_reduce"), [
+        ((0,), 1, "all_reduce", gate_in), ((1,), 1, "all_reduce", left_in),
+        ((2,), 1, "all_reduce", right_in), ((3,), 1, "all_reduce", ""), ((4,), None, None, "")])
+    assert report["gate"][4] == [((0,), 2, "all_reduce", ""), ((1,), 1, "all_reduce", left_in),
+                                 ((2,), 1, "all_reduce", right_in)]
+    assert report["mix"][4] == [((0,), 2, "all_reduce", gate_in), ((1,), 1, "all_reduce", left_in),
+                                ((3,), 1, "all_reduce", "")]
+
+
 def test_one_dump_alone_is_a_world_of_one_and_a_member_the_caller_adds_is_missing_held_nowhere():
     job = load_job([str(CAPTURED / "cut_all_reduce" / "fr_rank_0")])
     alone = diagnose(job)

@@ -383,14 +383,24 @@ class _Judge:
 
     def _behind(self, behind: list[int], ahead: list[int]) -> Finding:
         stopped = self.operation_at(ahead[0], self.stop)
-        elsewhere = self.context.held_in_one_group(behind, self.group_id)
-        if elsewhere:
-            cause = f"in flight in group {elsewhere} (its finding says why)"
-        else:
-            cause = "in no collective the recorder holds: busy outside communication"
-            if self.context.unrecorded_p2p:
-                cause += f", or in a send or recv ({self.context.unrecorded_p2p} records none)"
-            cause += "; look at their stacks"
+        places: dict[str, list[int]] = {}  # where each behind rank is held: a group's label, or ''
+        for rank in behind:
+            places.setdefault(self.context.elsewhere(rank, self.group_id), []).append(rank)
+        idle = "in no collective the recorder holds: busy outside communication"
+        if self.context.unrecorded_p2p:
+            idle += f", or in a send or recv ({self.context.unrecorded_p2p} records none)"
+        held = sorted(label for label in places if label)
+        # held in other groups, each of them: those groups' findings are the cause
+        elsewhere = ", ".join(held) if "" not in places else ""
+        if len(places) == 1:
+            cause = f"in flight in group {elsewhere} (its finding says why)" if elsewhere else \
+                f"{idle}; look at their stacks"
+        else:  # held in different places: say where each is
+            parts = [f"{ranks_text(places[label])} in flight in group {label}" for label in held]
+            if "" in places:
+                parts.append(f"{ranks_text(places[''])} {idle}")
+            cause = "; ".join(parts) + (" (their findings say why)" if elsewhere else
+                                        "; look at their stacks")
         return Finding(classes.BEHIND, self.label, tuple(behind),
                        f"{ranks_text(behind)} never entered {stopped.describe()} of group {self.label}, "
                        f"which {ranks_text(ahead)} entered{self.context.host(behind)}: {cause}",
