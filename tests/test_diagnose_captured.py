@@ -453,6 +453,26 @@ def test_two_ranks_receiving_or_sending_to_each_other_are_a_point_to_point_deadl
                            f"{op} {word} 1 [4] Float) and neither issued the matching {matching}")
 
 
+def test_a_listed_group_of_sends_and_receives_only_is_judged_by_its_point_to_point_finding(tmp_path):
+    # a pipeline's group, which NCCL lists in pg_config and where it records only sends and receives:
+    # no collective to judge, so the group's report stops nowhere and the p2p finding alone names it
+    # (NCCL names the peers by their ranks in the group: global ranks 1 and 2 are its 0 and 1)
+    def waiting(rank: int, dump: dict) -> None:
+        if rank in (1, 2):
+            entry = dict(dump["entries"][-1])
+            entry.update(profiling_name=f"nccl:recv {rank - 1}<-{2 - rank}", process_group=("9", "stage"),
+                         is_p2p=True, p2p_seq_id=1, state="scheduled", retired=False,
+                         record_id=entry["record_id"] + 1)
+            dump["entries"].append(entry)
+            dump["pg_config"] = {"9": {"name": "9", "desc": "stage", "ranks": json.dumps([1, 2])}}
+
+    verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "stage", waiting))])
+    [p2p] = [item for item in verdict.findings if item.kind == classes.P2P]
+    assert (p2p.culprits, p2p.group, p2p.seq) == ((1, 2), "9:stage", 1)
+    [stage] = [report for report in verdict.groups if report.desc == "stage"]
+    assert (stage.members, stage.members_known, stage.stopped_at, stage.finding) == ((1, 2), True, None, None)
+
+
 @pytest.mark.parametrize(("job", "status", "culprits"), [("healthy", 0, []), ("desyncs", 1, [[2], [7], [5]]),
                                                        ("stalls", 1, [[6], [1, 2], [7], [7]])])
 def test_the_command_exits_1_exactly_when_it_names_a_culprit(job, status, culprits, capsys):
@@ -496,6 +516,21 @@ def test_a_dump_without_frames_shows_no_call_site_and_the_others_keep_theirs(tmp
         assert shown[(group, (1 - stripped,))] == (seq, op, stack)
         assert shown[(group, (stripped,))] == (seq, op, "")
     assert len(shown) == 2 * len(whole)
+
+
+@pytest.mark.parametrize("stripped", [6, 7])
+def test_a_skip_told_only_by_call_sites_is_not_claimed_when_either_side_has_none(tmp_path, stripped):
+    # in 'skips' rank 7's #2 is rank 6's #3 (the same all-reduce): only the call sites tell that rank 7
+    # skipped one; without the skipper's or the others' frames it is only seen to be behind
+    def strip(rank: int, dump: dict) -> None:
+        for entry in dump["entries"] if rank == stripped else ():
+            entry.pop("frames", None)
+    assert findings(verdict_of("desyncs"))[1] == (classes.MISMATCH, "3:skips", (7,), classes.SKIPPED, 2, "")
+    verdict = diagnose_files([str(_edited(CAPTURED / "desyncs", tmp_path / "stripped", strip))])
+    assert findings(verdict)[2] == (classes.BEHIND, "3:skips", (7,), "", 3, "")
+    assert verdict.findings[2].reading.startswith(
+        "rank 7 never entered #3 all_reduce [4] Float of group 3:skips, which rank 6 entered: in no "
+        "collective")
 
 
 def test_a_rank_whose_dump_holds_nothing_is_behind_and_the_group_it_never_recorded_says_so(tmp_path):
