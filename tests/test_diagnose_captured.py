@@ -473,6 +473,28 @@ def test_a_listed_group_of_sends_and_receives_only_is_judged_by_its_point_to_poi
     assert (stage.members, stage.members_known, stage.stopped_at, stage.finding) == ((1, 2), True, None, None)
 
 
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_group_of_one_stuck_in_a_collective_is_communication_if_listed_else_lone(tmp_path, listed):
+    # rank 0 in flight in a group no other rank recorded: where the dumps list the group as rank 0 alone
+    # (NCCL's pg_config), nobody else was to come and the collective itself is stuck; where they do not
+    # list it (gloo), its other members are unknown and never came
+    def alone(rank: int, dump: dict) -> None:
+        if rank == 0:
+            entry = dict(dump["entries"][-1])
+            entry.update(process_group=("7", "solo"), collective_seq_id=1, retired=False,
+                         record_id=entry["record_id"] + 1)
+            dump["entries"].append(entry)
+            if listed:
+                dump["pg_config"] = {"7": {"name": "7", "desc": "solo", "ranks": json.dumps([0])}}
+
+    verdict = diagnose_files([str(_edited(CAPTURED / "healthy", tmp_path / "solo", alone))])
+    [solo] = [report for report in verdict.groups if report.desc == "solo"]
+    assert (solo.members, solo.members_known) == ((0,), listed)
+    assert solo.finding.kind == (classes.COMMUNICATION if listed else classes.BEHIND)
+    assert solo.finding.reading.startswith("every member of group 7:solo entered" if listed else
+                                           "rank 0 is the only rank whose dump records group 7:solo")
+
+
 @pytest.mark.parametrize(("job", "status", "culprits"), [("healthy", 0, []), ("desyncs", 1, [[2], [7], [5]]),
                                                        ("stalls", 1, [[6], [1, 2], [7], [7]])])
 def test_the_command_exits_1_exactly_when_it_names_a_culprit(job, status, culprits, capsys):
