@@ -453,9 +453,11 @@ def test_two_ranks_receiving_or_sending_to_each_other_are_a_point_to_point_deadl
                            f"{op} {word} 1 [4] Float) and neither issued the matching {matching}")
 
 
-def test_a_listed_group_of_sends_and_receives_only_is_judged_by_its_point_to_point_finding(tmp_path):
+@pytest.mark.parametrize("listed", [[1, 2], [1, 2, 7]])
+def test_a_listed_group_of_sends_and_receives_only_is_judged_by_its_point_to_point_finding(tmp_path, listed):
     # a pipeline's group, which NCCL lists in pg_config and where it records only sends and receives:
-    # no collective to judge, so the group's report stops nowhere and the p2p finding alone names it
+    # no collective to judge, so the group's report stops nowhere and the p2p finding alone names it; a
+    # listed member without a dump (rank 7 died) is missing, with no collective the others reached
     # (NCCL names the peers by their ranks in the group: global ranks 1 and 2 are its 0 and 1)
     def waiting(rank: int, dump: dict) -> None:
         if rank in (1, 2):
@@ -464,13 +466,18 @@ def test_a_listed_group_of_sends_and_receives_only_is_judged_by_its_point_to_poi
                          is_p2p=True, p2p_seq_id=1, state="scheduled", retired=False,
                          record_id=entry["record_id"] + 1)
             dump["entries"].append(entry)
-            dump["pg_config"] = {"9": {"name": "9", "desc": "stage", "ranks": json.dumps([1, 2])}}
+            dump["pg_config"] = {"9": {"name": "9", "desc": "stage", "ranks": json.dumps(listed)}}
 
     verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "stage", waiting))])
     [p2p] = [item for item in verdict.findings if item.kind == classes.P2P]
     assert (p2p.culprits, p2p.group, p2p.seq) == ((1, 2), "9:stage", 1)
     [stage] = [report for report in verdict.groups if report.desc == "stage"]
-    assert (stage.members, stage.members_known, stage.stopped_at, stage.finding) == ((1, 2), True, None, None)
+    assert (stage.members, stage.members_known, stage.stopped_at) == (tuple(listed), True, None)
+    if len(listed) == 2:
+        assert stage.finding is None
+    else:
+        assert (stage.finding.kind, stage.finding.culprits, stage.finding.reading) == (
+            classes.MISSING, (7,), "rank 7 of group 9:stage left no dump: dead or unreachable")
 
 
 @pytest.mark.parametrize("listed", [True, False])
