@@ -86,7 +86,7 @@ class Finding:
     detail: str = ""  # a MISMATCH's kind: collective, size, dtype, skipped, extra, order
     seq: int | None = None
     sides: tuple[tuple[tuple[int, ...], Operation], ...] = ()  # the first divergence, side by side
-    elsewhere: str = ""  # the group where the culprits are held up instead (its own finding says why)
+    elsewhere: str = ""  # the groups the culprits are held in instead, ", "-joined (their findings say why)
 
 
 @dataclass(frozen=True)
