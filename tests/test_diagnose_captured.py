@@ -312,7 +312,7 @@ def test_one_dump_alone_is_a_world_of_one_and_a_member_the_caller_adds_is_missin
 
 def test_members_a_dump_lists_beyond_the_dumps_widen_the_world_and_are_missing(tmp_path):
     def listed(rank: int, dump: dict) -> None:  # NCCL's pg_config lists each group's members
-        dump["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": json.dumps([0, 1, 2])}}
+        dump["pg_config"] = _listing("0", "default_pg", [0, 1, 2])
 
     verdict = diagnose_files([str(_edited(CAPTURED / "cut_all_reduce", tmp_path / "listed", listed))])
     assert (verdict.world_size, verdict.missing) == (3, (2,))
@@ -416,11 +416,22 @@ def _edited(source: Path, into: Path, edit) -> Path:
     return into
 
 
+def _append_like_last(dump: dict, **fields) -> None:
+    """A copy of the dump's last entry, with ``fields`` changed, recorded after it (the next record id)."""
+    entry = dict(dump["entries"][-1])
+    entry.update(record_id=entry["record_id"] + 1, **fields)
+    dump["entries"].append(entry)
+
+
+def _listing(name: str, desc: str, ranks: list[int]) -> dict:
+    """A pg_config that lists one group's members, as NCCL's dumps do (gloo's list none)."""
+    return {name: {"name": name, "desc": desc, "ranks": json.dumps(ranks)}}
+
+
 def test_a_rank_that_lists_other_members_for_a_group_is_a_membership_finding(tmp_path):
     def listed(rank: int, dump: dict) -> None:  # NCCL's pg_config lists each group's members
         if rank in (3, 4, 5):
-            dump["pg_config"] = {"2": {"name": "2", "desc": "stuck",
-                                       "ranks": json.dumps([3, 5] if rank == 5 else [3, 4, 5])}}
+            dump["pg_config"] = _listing("2", "stuck", [3, 5] if rank == 5 else [3, 4, 5])
 
     verdict = diagnose_files([str(_edited(CAPTURED / "desyncs", tmp_path / "listed", listed))])
     report = next(report for report in verdict.groups if report.desc == "stuck")
@@ -438,11 +449,9 @@ def test_two_ranks_receiving_or_sending_to_each_other_are_a_point_to_point_deadl
                                                                                      matching):
     def waiting(rank: int, dump: dict) -> None:  # NCCL records 'nccl:recv 1<-2', 'nccl:send 1->2'
         if rank in (1, 2):
-            entry = dict(dump["entries"][-1])
-            entry.update(profiling_name=f"nccl:{op} {rank}{arrow}{3 - rank}",
-                         process_group=("0", "default_pg"), is_p2p=True, p2p_seq_id=1, state="scheduled",
-                         retired=False, record_id=entry["record_id"] + 1)
-            dump["entries"].append(entry)
+            _append_like_last(dump, profiling_name=f"nccl:{op} {rank}{arrow}{3 - rank}",
+                              process_group=("0", "default_pg"), is_p2p=True, p2p_seq_id=1,
+                              state="scheduled", retired=False)
 
     verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "p2p", waiting))])
     [p2p] = [item for item in verdict.findings if item.kind == classes.P2P]
@@ -461,12 +470,10 @@ def test_a_listed_group_of_sends_and_receives_only_is_judged_by_its_point_to_poi
     # (NCCL names the peers by their ranks in the group: global ranks 1 and 2 are its 0 and 1)
     def waiting(rank: int, dump: dict) -> None:
         if rank in (1, 2):
-            entry = dict(dump["entries"][-1])
-            entry.update(profiling_name=f"nccl:recv {rank - 1}<-{2 - rank}", process_group=("9", "stage"),
-                         is_p2p=True, p2p_seq_id=1, state="scheduled", retired=False,
-                         record_id=entry["record_id"] + 1)
-            dump["entries"].append(entry)
-            dump["pg_config"] = {"9": {"name": "9", "desc": "stage", "ranks": json.dumps(listed)}}
+            _append_like_last(dump, profiling_name=f"nccl:recv {rank - 1}<-{2 - rank}",
+                              process_group=("9", "stage"), is_p2p=True, p2p_seq_id=1, state="scheduled",
+                              retired=False)
+            dump["pg_config"] = _listing("9", "stage", listed)
 
     verdict = diagnose_files([str(_edited(CAPTURED / "stalls", tmp_path / "stage", waiting))])
     [p2p] = [item for item in verdict.findings if item.kind == classes.P2P]
@@ -487,12 +494,9 @@ def test_a_group_of_one_stuck_in_a_collective_is_communication_if_listed_else_lo
     # list it (gloo), its other members are unknown and never came
     def alone(rank: int, dump: dict) -> None:
         if rank == 0:
-            entry = dict(dump["entries"][-1])
-            entry.update(process_group=("7", "solo"), collective_seq_id=1, retired=False,
-                         record_id=entry["record_id"] + 1)
-            dump["entries"].append(entry)
+            _append_like_last(dump, process_group=("7", "solo"), collective_seq_id=1, retired=False)
             if listed:
-                dump["pg_config"] = {"7": {"name": "7", "desc": "solo", "ranks": json.dumps([0])}}
+                dump["pg_config"] = _listing("7", "solo", [0])
 
     verdict = diagnose_files([str(_edited(CAPTURED / "healthy", tmp_path / "solo", alone))])
     [solo] = [report for report in verdict.groups if report.desc == "solo"]
