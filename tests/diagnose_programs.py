@@ -47,7 +47,7 @@ def _rank_main(job: Callable, rank: int, world_size: int, store: str, out_dir: s
     dump_after_s, entries, form = how
     warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's new name, in torch 2.13
     os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)  # read when the first group starts
+    os.environ["TORCH_FR_BUFFER_SIZE"] = str(BUFFERS.get(job, {}).get(rank, entries))  # read at init
     dist.init_process_group("gloo", init_method=f"tcp://{store}", rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=4 * dump_after_s))
     dumped = threading.Lock()
@@ -371,12 +371,44 @@ def holds(rank: int, world_size: int) -> None:
     _park()
 
 
+UNREACHABLE_GROUPS = {"side": [0, 1, 5], "pair": [2, 3, 5], "all": [0, 1, 2, 4, 5], "other": [3, 5]}
+
+
+def unreachable(rank: int, world_size: int) -> None:
+    """Six ranks, where rank 5 (whose dump a test leaves out: a host that cannot be reached) completes
+    an all_gather in 'side' with ranks 0-1, one in the world group and one in 'pair' with ranks 2-3, and
+    then issues nothing more; its Flight Recorder keeps two entries (BUFFERS), so its dump holds no
+    'side' entry. Ranks 0, 1, 2 and 4 then wait in an all_gather in 'all', and rank 3 in one in 'other',
+    for rank 5: every group's sizes imply a member whose dump (rank 5's) is absent or holds nothing of
+    it, while the members that left one are in flight in one group ('all') or in two."""
+    groups = _groups(UNREACHABLE_GROUPS)
+    x = torch.ones(4)
+
+    def gathered(name: str | None = None) -> None:
+        size = len(UNREACHABLE_GROUPS[name]) if name else world_size
+        dist.all_gather([torch.empty(4) for _ in range(size)], x, group=groups[name] if name else None)
+
+    if rank in UNREACHABLE_GROUPS["side"]:
+        gathered("side")
+    gathered()
+    if rank in UNREACHABLE_GROUPS["pair"]:
+        gathered("pair")
+    if rank == 5:
+        _park()
+    gathered("other" if rank == 3 else "all")
+
+
+# job -> {rank: the entries its Flight Recorder keeps} where a rank keeps fewer than run_job's
+BUFFERS = {unreachable: {5: 2}}
+
+
 # name -> (job, ranks, how its ranks dump): the skipped collective is told by its call site, so the
 # desyncs job keeps its stacks; the others show the faster and the JSON forms read alike
 JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS),
         "splits": (splits, 5, PICKLE_WITHOUT_STACKS), "orders": (orders, 12, PICKLE_WITHOUT_STACKS),
-        "variants": (variants, 11, PICKLE_WITHOUT_STACKS), "holds": (holds, 5, PICKLE_WITHOUT_STACKS)}
+        "variants": (variants, 11, PICKLE_WITHOUT_STACKS), "holds": (holds, 5, PICKLE_WITHOUT_STACKS),
+        "unreachable": (unreachable, 6, PICKLE_WITHOUT_STACKS)}
 
 
 def _wait_for_the_cut() -> None:

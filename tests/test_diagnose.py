@@ -173,6 +173,20 @@ def test_ranks_held_in_different_groups_are_told_apart_and_an_empty_dump_is_behi
         (classes.BEHIND, "1:gate", (1, 2), 2, "2:left, 3:right")]
 
 
+def test_members_left_without_a_dump_are_missing_and_where_the_others_wait_is_said(jobs, tmp_path):
+    ran = jobs["unreachable"]
+    assert ran.exit_codes == dict.fromkeys(range(6), 0) and ran.verdict.missing == ()
+    side = ran.finding("side")  # rank 5's buffer of two entries dropped its 'side' all_gather
+    assert (side.kind, side.culprits, side.elsewhere) == (classes.MISSING, (), "3:all")
+    for path in ran.directory.iterdir():  # ranks 3 and 5 unreachable: every other rank waits in 'all'
+        if not path.name.endswith(("_3", "_5")):
+            shutil.copy(path, tmp_path / path.name)
+    verdict = diagnose_files([str(tmp_path)])
+    assert verdict.missing == (3, 5)
+    world = next(report for report in verdict.groups if report.desc == "default_pg").finding
+    assert (world.kind, world.culprits, world.elsewhere) == (classes.MISSING, (3, 5), "3:all")
+
+
 def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):
     for path in jobs["desyncs"].directory.iterdir():
         if not path.name.endswith("_6"):

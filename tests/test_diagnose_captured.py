@@ -296,6 +296,56 @@ def test_ranks_behind_in_a_group_are_told_where_each_is_held_and_an_empty_dump_i
                                 ((3,), 1, "all_reduce", "")]
 
 
+def _left_out(job: str, into: Path, ranks: tuple[int, ...]) -> Path:
+    """A captured job's dumps without those of ``ranks``: their hosts could not be reached."""
+    into.mkdir()
+    for path in (CAPTURED / job).iterdir():
+        if int(path.name.rsplit("_", 1)[1]) not in ranks:
+            shutil.copy(path, into / path.name)
+    return into
+
+
+def test_members_without_a_dump_are_missing_and_the_one_group_the_others_wait_in_is_named(tmp_path):
+    # every dump: rank 5's buffer kept its last two entries, so no dump holds its 'side' all_gather, and
+    # ranks 0-1, who completed it with rank 5, now wait in 'all' (as do ranks 2 and 4) for rank 5
+    whole = verdict_of("unreachable")
+    assert (whole.world_size, whole.missing) == (6, ())
+    assert findings(whole) == [(classes.MISSING, "3:all", (), "", 1, ""),
+                               (classes.MISSING, "4:other", (), "", 1, ""),
+                               (classes.MISSING, "1:side", (), "", 1, "3:all")]
+    assert whole.findings[2].reading == (
+        "1 member of group 1:side in no dump, though every rank left one: among ranks 2-5, no entry of the "
+        "group in their dump (dropped from the recorder's buffer, or the group never reached); the others "
+        "reached #1 all_gather [4 -> 3x4] Float (completed) and are in flight in group 3:all")
+    assert groups(whole)["pair"][2] == 0 and groups(whole)["side"][:3] == ((0, 1), False, 1)
+    # rank 5's dump left out: 'pair's ranks 2 and 3 wait in two different groups, so no one group is
+    # named for them, nor for the world group's
+    without_5 = diagnose_files([str(_left_out("unreachable", tmp_path / "5", (5,)))])
+    assert (without_5.world_size, without_5.missing) == (6, (5,))
+    assert findings(without_5) == [(classes.MISSING, "0:default_pg", (5,), "", 1, ""),
+                                   (classes.MISSING, "3:all", (5,), "", 1, ""),
+                                   (classes.MISSING, "2:pair", (5,), "", 1, ""),
+                                   (classes.MISSING, "4:other", (5,), "", 1, ""),
+                                   (classes.MISSING, "1:side", (5,), "", 1, "3:all")]
+    assert without_5.findings[0].reading == (
+        "rank 5 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 all_gather "
+        "[4 -> 6x4] Float (completed)")
+    assert without_5.findings[4].reading == (
+        "1 member of group 1:side left no dump (rank 5 left none): dead or unreachable; the others reached "
+        "#1 all_gather [4 -> 3x4] Float (completed) and are in flight in group 3:all")
+    # ranks 3 and 5 left out: every rank that left a dump waits in 'all'
+    without_3_5 = diagnose_files([str(_left_out("unreachable", tmp_path / "35", (3, 5)))])
+    assert (without_3_5.world_size, without_3_5.missing) == (6, (3, 5))
+    assert findings(without_3_5) == [(classes.MISSING, "3:all", (3, 5), "", 1, ""),
+                                     (classes.MISSING, "1:side", (3, 5), "", 1, "3:all"),
+                                     (classes.MISSING, "0:default_pg", (3, 5), "", 1, "3:all"),
+                                     (classes.MISSING, "2:pair", (3, 5), "", 1, "3:all")]
+    assert without_3_5.findings[2].reading == (
+        "ranks 3, 5 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 "
+        "all_gather [4 -> 6x4] Float (completed) and are in flight in group 3:all")
+    assert groups(without_3_5)["pair"][:3] == ((2,), False, 2)
+
+
 def test_one_dump_alone_is_a_world_of_one_and_a_member_the_caller_adds_is_missing_held_nowhere():
     job = load_job([str(CAPTURED / "cut_all_reduce" / "fr_rank_0")])
     alone = diagnose(job)

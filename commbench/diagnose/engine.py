@@ -409,6 +409,8 @@ class _Judge:
     def missing(self, absent: list[int], unnamed: int, elsewhere: str) -> Finding:
         stopped = self.stopped_at()
         at = f"; the others reached {stopped.describe()} ({stopped.status})" if stopped else ""
+        if elsewhere:  # and went on: where they wait now
+            at += f" and are in flight in group {elsewhere}"
         if absent:
             return Finding(classes.MISSING, self.label, tuple(absent),
                            f"{ranks_text(absent)} of group {self.label} left no dump: dead or "
