@@ -453,15 +453,33 @@ def crawl_broadcast(rank: int, world_size: int) -> None:
         dist.broadcast(tensor, src=0)
 
 
-# name -> (the job each rank runs, what happens to host 1's link once both stream) for run_link: two
-# test hosts, one rank each
-LINK_JOBS = {"cut_all_reduce": (cut_all_reduce, "cut"), "crawl_broadcast": (crawl_broadcast, "crawl")}
+def crawl_past_one(rank: int, world_size: int) -> None:
+    """crawl_broadcast on three ranks, where rank 2 (on a host whose link stays fast) receives the
+    fourth broadcast and then computes, issuing nothing more, and rank 0 hands the fourth and a fifth
+    to its sockets and goes past: of the two ranks behind rank 0, rank 1 is still in the fourth, which
+    ranks 0 and 2 completed, and rank 2 is in no collective."""
+    tensor = torch.ones(2**18)
+    for _ in range(3):
+        dist.broadcast(tensor, src=0)
+    print("streaming", flush=True)
+    if rank == 1:
+        _wait_for(Path(os.environ["COMMBENCH_TEST_SIGNALS"], "slowed"))
+    dist.broadcast(tensor, src=0)
+    if rank == 2:
+        _park()
+    dist.broadcast(tensor, src=0)
+
+
+# name -> (the job each rank runs, what happens to host 1's link once all stream, ranks) for run_link:
+# that many test hosts, one rank each
+LINK_JOBS = {"cut_all_reduce": (cut_all_reduce, "cut", 2), "crawl_broadcast": (crawl_broadcast, "crawl", 2),
+             "crawl_past_one": (crawl_past_one, "crawl", 3)}
 CRAWL = "100kbit"  # 1 MiB takes over a minute at this rate
 
 
 def run_link(name: str, out_dir: Path, dump_after_s: float = 6.0) -> list[int]:
-    """``LINK_JOBS[name]`` on two test hosts (network namespaces, tests/netns.py: root and iproute2),
-    one rank each; once both stream, host 1's link goes down ('cut') or slows to CRAWL ('crawl'). Both
+    """``LINK_JOBS[name]`` on its test hosts (network namespaces, tests/netns.py: root and iproute2),
+    one rank each; once all stream, host 1's link goes down ('cut') or slows to CRAWL ('crawl'). The
     ranks stay alive, and dump from their watchdog thread at ``dump_after_s``. Their exit codes; every
     process and namespace is gone when it returns or raises."""
     import shutil  # here, not above: the captured dumps' stacks name the jobs' lines as they are
@@ -471,10 +489,10 @@ def run_link(name: str, out_dir: Path, dump_after_s: float = 6.0) -> list[int]:
     from tests.dist_helpers import ROOT, launcherless_env
     from tests.netns import MASTER_PORT, NetnsCluster
 
-    change = LINK_JOBS[name][1]
+    _, change, ranks = LINK_JOBS[name]
     out_dir.mkdir(parents=True, exist_ok=True)
     signals = Path(tempfile.mkdtemp(prefix="commbench-link-"))
-    cluster = NetnsCluster(2).create()
+    cluster = NetnsCluster(ranks).create()
     try:
         # host 0's sockets start with a 4 MiB send buffer: a 1 MiB send is handed over at once
         subprocess.run(["ip", "netns", "exec", cluster.hosts[0].namespace, "sysctl", "-q", "-w",
@@ -484,7 +502,7 @@ def run_link(name: str, out_dir: Path, dump_after_s: float = 6.0) -> list[int]:
             env = launcherless_env({"GLOO_SOCKET_IFNAME": host.interface, "PYTHONPATH": str(ROOT),
                                     "COMMBENCH_TEST_SIGNALS": str(signals)})
             procs.append(cluster.start(host.index, [
-                sys.executable, "-m", "tests.diagnose_programs", name, str(host.index), "2",
+                sys.executable, "-m", "tests.diagnose_programs", name, str(host.index), str(ranks),
                 f"{cluster.hosts[0].address}:{MASTER_PORT}", str(out_dir), str(dump_after_s)], env))
         for proc in procs:
             if proc.stdout.readline().strip() != "streaming":

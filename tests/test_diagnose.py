@@ -252,6 +252,19 @@ def test_a_receiver_whose_link_crawls_is_the_communication_at_the_receiver(netns
     assert "which rank 0 completed and went past" in finding.reading
 
 
+def test_a_crawling_receiver_beside_a_rank_that_went_idle_is_told_apart(netns_available, tmp_path):
+    # three hosts; rank 0 broadcasts; host 1's link crawls in the fourth, which rank 2 receives before
+    # it computes and rank 0 goes on to a fifth: rank 1 is named as still in the fourth
+    assert programs.run_link("crawl_past_one", tmp_path) == [0, 0, 0]
+    verdict = diagnose_files([str(tmp_path)])
+    assert verdict.missing == () and len(verdict.findings) == 1
+    finding = verdict.findings[0]
+    assert (finding.kind, finding.group, finding.culprits, finding.seq) == (
+        classes.BEHIND, "0:default_pg", (1, 2), 5)
+    assert "rank 1 still in #4 broadcast" in finding.reading
+    assert "which ranks 0, 2 completed" in finding.reading
+
+
 # --- what NCCL's dumps hold and gloo's do not: real dumps, edited as NCCL writes them --------------
 # (these tests run gloo on CPU: NCCL's dumps cannot be made here)
 

@@ -171,6 +171,28 @@ def test_a_receiver_on_a_crawling_link_is_the_communication_at_that_receiver():
         "them (commbench fabric)")
 
 
+def test_a_behind_rank_still_in_a_collective_others_completed_is_told_apart_from_one_in_none():
+    # rank 1's link crawls in the fourth broadcast, which ranks 0 and 2 completed; rank 2 then computes
+    # and rank 0 goes on to a fifth: two of three are behind, but rank 1 did not stop by choice, so
+    # rank 0's fifth is not read as a collective only it issues
+    verdict = verdict_of("crawl_past_one")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == ((0, 1, 2), 3, ())
+    assert findings(verdict) == [(classes.BEHIND, "0:default_pg", (1, 2), "", 5, "")]
+    assert groups(verdict) == {
+        "default_pg": ((0, 1, 2), False, 0, (5, "broadcast"), [((0,), 5, "broadcast", ""),
+                                                              ((1,), 4, "broadcast", ""),
+                                                              ((2,), 4, "broadcast", "")])}
+    assert [state.last.status for state in verdict.groups[0].states] == [WAITING, WAITING, DONE]
+    assert verdict.findings[0].reading == (
+        "ranks 1-2 never entered #5 broadcast [262144] Float of group 0:default_pg, which rank 0 entered: "
+        "rank 1 still in #4 broadcast [262144] Float, which ranks 0, 2 completed: what it needed of it never "
+        "arrived (the communication itself: commbench fabric); rank 2 in no collective the recorder holds: "
+        "busy outside communication, or in a send or recv (gloo records none); look at their stacks")
+    hosted = diagnose(load_job([str(CAPTURED / "crawl_past_one")]), hosts={0: "a", 1: "b", 2: "c"})
+    assert "which rank 0 entered (hosts b, c): rank 1 still in" in hosted.findings[0].reading
+    assert "never arrived (hosts b) (the communication" in hosted.findings[0].reading
+
+
 def test_the_hosts_a_run_knows_are_named_where_the_communication_stopped():
     hosts = {0: "node-a", 1: "node-b"}
     crawl = diagnose(load_job([str(CAPTURED / "crawl_broadcast")]), hosts=hosts).findings[0]

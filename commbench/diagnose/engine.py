@@ -12,7 +12,8 @@ completed):
    ('skipped'). Where behind members are in flight in another group, the finding says so: that group's
    own finding is the cause.
    Behind members still in flight in their last collective, which the others completed and went past,
-   are COMMUNICATION: what they needed of it never arrived.
+   are COMMUNICATION: what they needed of it never arrived (where only some behind members are, the
+   BEHIND finding names them so, beside where the others are).
 3. Members with no dump make the group MISSING; every member in flight at the same collective and none
    completed is COMMUNICATION.
 Sends and receives (recorded by NCCL, not gloo) in flight on two ranks toward each other, both
@@ -339,13 +340,14 @@ class _Judge:
         if inside and len(inside) == len(behind):
             return self._stuck_inside(inside, ahead)
         held_elsewhere = any(self.context.elsewhere(rank, self.group_id) for rank in behind)
-        if len(behind) > len(ahead) and not held_elsewhere:
+        # a behind rank still in an earlier collective did not choose to stop: not the few's extra one
+        if len(behind) > len(ahead) and not held_elsewhere and not inside:
             stopped = self.operation_at(ahead[0], self.stop)
             return Finding(classes.MISMATCH, self.label, tuple(ahead),
                            f"{ranks_text(ahead)} issued {stopped.describe()} in group {self.label}, which "
                            f"{ranks_text(behind)} never reached: a collective only some ranks issue",
                            classes.EXTRA, self.stop)
-        return self._behind(behind, ahead)
+        return self._behind(behind, ahead, inside)
 
     def done_at(self, rank: int, seq: int) -> bool:
         position = self.at(rank, seq)
@@ -381,22 +383,26 @@ class _Judge:
                            (((rank,), mine), (tuple(ahead), theirs)))
         return None
 
-    def _behind(self, behind: list[int], ahead: list[int]) -> Finding:
+    def _behind(self, behind: list[int], ahead: list[int], inside: list[int]) -> Finding:
+        """Members that never entered the collective the group stopped at, each told by where it is:
+        still in an earlier one of this group (``inside``), in flight in another group, or in none."""
         stopped = self.operation_at(ahead[0], self.stop)
-        places: dict[str, list[int]] = {}  # where each behind rank is held: a group's label, or ''
+        places: dict[str, list[int]] = {}  # where each behind rank not inside is held: a group's label, or ''
         for rank in behind:
-            places.setdefault(self.context.elsewhere(rank, self.group_id), []).append(rank)
+            if rank not in inside:
+                places.setdefault(self.context.elsewhere(rank, self.group_id), []).append(rank)
         idle = "in no collective the recorder holds: busy outside communication"
         if self.context.unrecorded_p2p:
             idle += f", or in a send or recv ({self.context.unrecorded_p2p} records none)"
         held = sorted(label for label in places if label)
         # held in other groups, each of them: those groups' findings are the cause
-        elsewhere = ", ".join(held) if "" not in places else ""
-        if len(places) == 1:
+        elsewhere = ", ".join(held) if "" not in places and not inside else ""
+        if len(places) == 1 and not inside:
             cause = f"in flight in group {elsewhere} (its finding says why)" if elsewhere else \
                 f"{idle}; look at their stacks"
         else:  # held in different places: say where each is
-            parts = [f"{ranks_text(places[label])} in flight in group {label}" for label in held]
+            parts = [self._still_in(inside)] if inside else []
+            parts += [f"{ranks_text(places[label])} in flight in group {label}" for label in held]
             if "" in places:
                 parts.append(f"{ranks_text(places[''])} {idle}")
             cause = "; ".join(parts) + (" (their findings say why)" if elsewhere else
@@ -405,6 +411,15 @@ class _Judge:
                        f"{ranks_text(behind)} never entered {stopped.describe()} of group {self.label}, "
                        f"which {ranks_text(ahead)} entered{self.context.host(behind)}: {cause}",
                        seq=self.stop, elsewhere=elsewhere)
+
+    def _still_in(self, inside: list[int]) -> str:
+        """Members still in a collective of this group that other members completed: the communication."""
+        seq = min(self.last[rank] for rank in inside)
+        completed = [rank for rank in self.present if self.done_at(rank, seq)]
+        them = "it" if len(inside) == 1 else "they"
+        return (f"{ranks_text(inside)} still in {self.operation_at(inside[0], seq).describe()}, which "
+                f"{ranks_text(completed)} completed: what {them} needed of it never arrived"
+                f"{self.context.host(inside)} (the communication itself: commbench fabric)")
 
     def missing(self, absent: list[int], unnamed: int, elsewhere: str) -> Finding:
         stopped = self.stopped_at()
