@@ -398,8 +398,56 @@ def unreachable(rank: int, world_size: int) -> None:
     gathered("other" if rank == 3 else "all")
 
 
+SIDE_GROUPS = {"three": [0, 1, 2, 3, 4, 5], "next": [6, 7, 8, 9], "gathers": [7, 8, 10]}
+
+
+def sides(rank: int, world_size: int) -> None:
+    """Eleven ranks, only subgroups:
+    'three': ranks 1-3 all-reduce float32, ranks 4-5 int32 and rank 0 all-gathers: a majority and two
+    minorities, each differing its own way (all wait: gloo pairs none of it);
+    'next': ranks 6-8 all-reduce float32 then int32, rank 9 issues only the int32 one (gloo pairs it
+    with their float32: the same bytes) and stops; rank 6 waits in the second, ranks 7-8 go on to
+    'gathers' first;
+    'gathers': rank 10 gathers 4 elements from each, rank 8 sends 8: gloo aborts rank 10."""
+    groups = _groups(SIDE_GROUPS)
+    x = torch.ones(8)
+    if rank in SIDE_GROUPS["three"]:
+        if rank == 0:
+            dist.all_gather([torch.empty(8) for _ in range(6)], x, group=groups["three"])
+        else:
+            dist.all_reduce(x if rank < 4 else torch.ones(8, dtype=torch.int32), group=groups["three"])
+    if rank in SIDE_GROUPS["next"]:
+        if rank != 9:
+            dist.all_reduce(x, group=groups["next"])
+        if rank in (6, 9):
+            dist.all_reduce(torch.ones(8, dtype=torch.int32), group=groups["next"])
+    if rank in SIDE_GROUPS["gathers"]:
+        gathered = [torch.empty(4) for _ in range(3)] if rank == 10 else None
+        dist.gather(torch.ones(8 if rank == 8 else 4), gathered, dst=10, group=groups["gathers"])
+    _park()
+
+
+def call_sites(rank: int, world_size: int) -> None:
+    """Five ranks, with their stacks, in the world group after a good all-reduce: ranks 2 and 3 issue
+    all-reduces from two lines; rank 4 only from the second (gloo pairs it with their first: it skipped
+    one); rank 1 from the first, then computes; rank 0 from the first, then starts an all-reduce in
+    'aside', which rank 1 never joins, and keeps a Flight Recorder of one entry (BUFFERS), so its dump
+    holds nothing of the world group. Of ranks 0, 1 and 4, behind at #3, only rank 4's #2 came from
+    another line than the others'."""
+    aside = dist.new_group([0, 1], group_desc="aside")
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    if rank != 4:
+        dist.all_reduce(x)  # the first line: rank 4 goes past it (call_sites)
+    if rank in (2, 3, 4):
+        dist.all_reduce(x)
+    started = dist.all_reduce(x, group=aside, async_op=True) if rank == 0 else None
+    _park()
+    del started
+
+
 # job -> {rank: the entries its Flight Recorder keeps} where a rank keeps fewer than run_job's
-BUFFERS = {unreachable: {5: 2}}
+BUFFERS = {unreachable: {5: 2}, call_sites: {0: 1}}
 
 
 # name -> (job, ranks, how its ranks dump): the skipped collective is told by its call site, so the
@@ -408,7 +456,8 @@ JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS),
         "splits": (splits, 5, PICKLE_WITHOUT_STACKS), "orders": (orders, 12, PICKLE_WITHOUT_STACKS),
         "variants": (variants, 11, PICKLE_WITHOUT_STACKS), "holds": (holds, 5, PICKLE_WITHOUT_STACKS),
-        "unreachable": (unreachable, 6, PICKLE_WITHOUT_STACKS)}
+        "unreachable": (unreachable, 6, PICKLE_WITHOUT_STACKS), "sides": (sides, 11, PICKLE_WITHOUT_STACKS),
+        "call_sites": (call_sites, 5, PICKLE)}
 
 
 def _wait_for_the_cut() -> None:

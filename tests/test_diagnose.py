@@ -187,6 +187,17 @@ def test_members_left_without_a_dump_are_missing_and_where_the_others_wait_is_sa
     assert (world.kind, world.culprits, world.elsewhere) == (classes.MISSING, (3, 5), "3:all")
 
 
+def test_minorities_a_gather_s_size_and_a_skip_past_other_behind_ranks_are_named(jobs):
+    sides = jobs["sides"]
+    assert sides.exit_codes == {**dict.fromkeys(range(10), 0), 10: -6}  # gloo aborted the gather's root
+    found = [(item.kind, item.group, item.culprits, item.detail) for item in sides.verdict.findings]
+    assert found == [(classes.MISMATCH, "1:three", (0, 4, 5), classes.DIFFERENT_COLLECTIVE),
+                     (classes.MISMATCH, "2:next", (9,), classes.SKIPPED),
+                     (classes.MISMATCH, "3:gathers", (7, 8), classes.DIFFERENT_SIZE)]
+    skip = jobs["call_sites"].finding("default_pg")
+    assert (skip.kind, skip.culprits, skip.detail, skip.seq) == (classes.MISMATCH, (4,), classes.SKIPPED, 2)
+
+
 def test_a_partial_set_of_dumps_gives_the_verdict_it_can_and_names_what_is_missing(jobs, tmp_path):
     for path in jobs["desyncs"].directory.iterdir():
         if not path.name.endswith("_6"):

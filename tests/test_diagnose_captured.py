@@ -193,6 +193,44 @@ def test_a_behind_rank_still_in_a_collective_others_completed_is_told_apart_from
     assert "never arrived (hosts b) (the communication" in hosted.findings[0].reading
 
 
+def test_two_minorities_are_each_named_with_what_they_issued_and_a_skip_is_read_from_the_next_one():
+    verdict = verdict_of("sides")  # rank 10 was aborted by gloo (no dump): 'gathers' keeps ranks 7-8
+    assert findings(verdict) == [
+        (classes.MISMATCH, "1:three", (0, 4, 5), classes.DIFFERENT_COLLECTIVE, 1, ""),
+        (classes.MISMATCH, "2:next", (9,), classes.SKIPPED, 1, ""),
+        (classes.MISMATCH, "3:gathers", (7, 8), classes.DIFFERENT_SIZE, 1, "")]
+    three, following, gathers = verdict.findings
+    # rank 0, the lowest culprit, all-gathers: the detail is its difference, and each side is named
+    assert three.reading == (
+        "different collective at #1 of group 1:three: rank 0 all_gather [8 -> 6x8] Float; ranks 4-5 "
+        "all_reduce [8] Int where ranks 1-3 all_reduce [8] Float: a code path that differs by rank")
+    assert [(ranks, side.op, side.dtype) for ranks, side in three.sides] == [
+        ((1, 2, 3), "all_reduce", "Float"), ((4, 5), "all_reduce", "Int"), ((0,), "all_gather", "Float")]
+    # rank 9's int32 all-reduce is the one rank 6 issued next; ranks 7-8 went to 'gathers' instead: the
+    # majority's next collective is read from its first rank that issued one
+    assert following.reading == (
+        "rank 9 skipped a collective at #1 of group 2:next: its #1 is the one ranks 6-8 issue next")
+    assert groups(verdict)["next"][4] == [((6,), 2, "all_reduce", ""), ((7, 8), 1, "all_reduce", ""),
+                                          ((9,), 1, "all_reduce", "")]
+    # a gather's members agree on what they send (the root's output is its own): 4 elements against 8
+    assert [(ranks, side.sizes) for ranks, side in gathers.sides] == [((7,), "4 -> -"), ((8,), "8 -> -")]
+
+
+def test_a_skip_told_by_call_site_is_found_past_behind_ranks_that_do_not_show_one():
+    # behind at #3: rank 0, whose one-entry buffer holds only its 'aside' all-reduce; rank 1, whose #2
+    # came from the line the others used; rank 4, whose #2 came from the next line: the skipped one
+    verdict = verdict_of("call_sites")
+    first = _line("# the first line: rank 4 goes past it (call_sites)")
+    assert findings(verdict) == [(classes.MISMATCH, "0:default_pg", (4,), classes.SKIPPED, 2, ""),
+                                 (classes.BEHIND, "1:aside", (), "", 1, "")]
+    assert verdict.findings[0].reading == (
+        f"rank 4 skipped a collective in group 0:default_pg: its #2 came from diagnose_programs.py:"
+        f"{first + 2} call_sites where ranks 2-3 issued #2 from diagnose_programs.py:{first} call_sites, and "
+        "ranks 2-3 went on to #3")
+    assert groups(verdict)["default_pg"][4][:2] == [((0,), None, None, "in flight in group 1:aside"),
+                                                     ((1,), 2, "all_reduce", "")]
+
+
 def test_the_hosts_a_run_knows_are_named_where_the_communication_stopped():
     hosts = {0: "node-a", 1: "node-b"}
     crawl = diagnose(load_job([str(CAPTURED / "crawl_broadcast")]), hosts=hosts).findings[0]
@@ -366,6 +404,9 @@ def test_members_without_a_dump_are_missing_and_the_one_group_the_others_wait_in
         "ranks 3, 5 of group 0:default_pg left no dump: dead or unreachable; the others reached #1 "
         "all_gather [4 -> 6x4] Float (completed) and are in flight in group 3:all")
     assert groups(without_3_5)["pair"][:3] == ((2,), False, 2)
+    assert without_3_5.findings[3].reading == (
+        "2 members of group 2:pair left no dump (ranks 3, 5 left none): dead or unreachable; the others "
+        "reached #1 all_gather [4 -> 3x4] Float (completed) and are in flight in group 3:all")
 
 
 def test_one_dump_alone_is_a_world_of_one_and_a_member_the_caller_adds_is_missing_held_nowhere():
