@@ -323,8 +323,9 @@ class _Judge:
                     f"{others} next")
         if detail == classes.EXTRA:
             return f"{ranks_text(culprits)} issued a collective {where} that {ranks_text(majority)} never did"
-        # each minority side with what it issued (several can differ from the majority, each its own way)
-        minorities = sorted((ranks for ranks in ranked if ranks is not majority), key=lambda ranks: ranks[0])
+        # each minority side with what it issued (several can differ from the majority, each its own way),
+        # by their first rank (the sides are disjoint lists of ranks in order)
+        minorities = sorted(ranks for ranks in ranked if ranks is not majority)
         return (f"different {detail} {where}: {'; '.join(map(issued, minorities))} where "
                 f"{issued(majority)}: a code path that differs by rank")
 
