@@ -398,7 +398,7 @@ def unreachable(rank: int, world_size: int) -> None:
     gathered("other" if rank == 3 else "all")
 
 
-SIDE_GROUPS = {"three": [0, 1, 2, 3, 4, 5], "next": [6, 7, 8, 9], "gathers": [7, 8, 10]}
+SIDE_GROUPS = {"three": [0, 1, 2, 3, 4, 5], "next": [6, 7, 8, 9], "gathers": [7, 8, 10], "queued": [7, 8, 9]}
 
 
 def sides(rank: int, world_size: int) -> None:
@@ -408,9 +408,12 @@ def sides(rank: int, world_size: int) -> None:
     'next': ranks 6-8 all-reduce float32 then int32, rank 9 issues only the int32 one (gloo pairs it
     with their float32: the same bytes) and stops; rank 6 waits in the second, ranks 7-8 go on to
     'gathers' first;
-    'gathers': rank 10 gathers 4 elements from each, rank 8 sends 8: gloo aborts rank 10."""
+    'gathers': rank 10 gathers 4 elements from each, rank 8 sends 8: gloo aborts rank 10;
+    'queued': after three all-reduces, rank 7 starts two more without waiting (as NCCL's enqueueing does)
+    and rank 8 one; rank 9 starts none, so none completes: rank 8 waits in the fourth for rank 9."""
     groups = _groups(SIDE_GROUPS)
     x = torch.ones(8)
+    started = []  # kept until the process ends
     if rank in SIDE_GROUPS["three"]:
         if rank == 0:
             dist.all_gather([torch.empty(8) for _ in range(6)], x, group=groups["three"])
@@ -424,7 +427,12 @@ def sides(rank: int, world_size: int) -> None:
     if rank in SIDE_GROUPS["gathers"]:
         gathered = [torch.empty(4) for _ in range(3)] if rank == 10 else None
         dist.gather(torch.ones(8 if rank == 8 else 4), gathered, dst=10, group=groups["gathers"])
+    if rank in SIDE_GROUPS["queued"]:
+        for _ in range(3):
+            dist.all_reduce(x, group=groups["queued"])
+        started += [dist.all_reduce(x, group=groups["queued"], async_op=True) for _ in range(9 - rank)]
     _park()
+    del started
 
 
 def call_sites(rank: int, world_size: int) -> None:

@@ -193,7 +193,10 @@ def test_minorities_a_gather_s_size_and_a_skip_past_other_behind_ranks_are_named
     found = [(item.kind, item.group, item.culprits, item.detail) for item in sides.verdict.findings]
     assert found == [(classes.MISMATCH, "1:three", (0, 4, 5), classes.DIFFERENT_COLLECTIVE),
                      (classes.MISMATCH, "2:next", (9,), classes.SKIPPED),
-                     (classes.MISMATCH, "3:gathers", (7, 8), classes.DIFFERENT_SIZE)]
+                     (classes.MISMATCH, "3:gathers", (7, 8), classes.DIFFERENT_SIZE),
+                     (classes.BEHIND, "4:queued", (8, 9), "")]
+    assert "rank 8 still in #4 all_reduce [8] Float, which no member completed" in \
+        sides.verdict.findings[3].reading
     skip = jobs["call_sites"].finding("default_pg")
     assert (skip.kind, skip.culprits, skip.detail, skip.seq) == (classes.MISMATCH, (4,), classes.SKIPPED, 2)
 

@@ -416,12 +416,17 @@ class _Judge:
                        seq=self.stop, elsewhere=elsewhere)
 
     def _still_in(self, inside: list[int]) -> str:
-        """Members still in a collective of this group that other members completed: the communication."""
-        seq = min(self.last[rank] for rank in inside)
+        """Members still in an earlier collective of this group: the communication where other members
+        completed it; where none did (NCCL enqueues the next before the last completes), they wait in it,
+        for members that never entered it among others."""
+        first = min(inside, key=self.last.__getitem__)
+        seq = self.last[first]
+        where = f"{ranks_text(inside)} still in {self.operation_at(first, seq).describe()}"
         completed = [rank for rank in self.present if self.done_at(rank, seq)]
+        if not completed:
+            return f"{where}, which no member completed"
         them = "it" if len(inside) == 1 else "they"
-        return (f"{ranks_text(inside)} still in {self.operation_at(inside[0], seq).describe()}, which "
-                f"{ranks_text(completed)} completed: what {them} needed of it never arrived"
+        return (f"{where}, which {ranks_text(completed)} completed: what {them} needed of it never arrived"
                 f"{self.context.host(inside)} (the communication itself: commbench fabric)")
 
     def missing(self, absent: list[int], unnamed: int, elsewhere: str) -> Finding:
