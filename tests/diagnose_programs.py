@@ -398,19 +398,21 @@ def unreachable(rank: int, world_size: int) -> None:
     gathered("other" if rank == 3 else "all")
 
 
-SIDE_GROUPS = {"three": [0, 1, 2, 3, 4, 5], "next": [6, 7, 8, 9], "gathers": [7, 8, 10], "queued": [7, 8, 9]}
+SIDE_GROUPS = {"three": [0, 1, 2, 3, 4, 5], "next": [6, 7, 8, 9], "gathers": [7, 8, 10],
+               "queued": [7, 8, 9, 11]}
+QUEUED = {7: 2, 8: 1, 9: 3, 11: 0}  # all-reduces each rank of 'queued' starts past its three good ones
 
 
 def sides(rank: int, world_size: int) -> None:
-    """Eleven ranks, only subgroups:
+    """Twelve ranks, only subgroups:
     'three': ranks 1-3 all-reduce float32, ranks 4-5 int32 and rank 0 all-gathers: a majority and two
     minorities, each differing its own way (all wait: gloo pairs none of it);
     'next': ranks 6-8 all-reduce float32 then int32, rank 9 issues only the int32 one (gloo pairs it
     with their float32: the same bytes) and stops; rank 6 waits in the second, ranks 7-8 go on to
     'gathers' first;
     'gathers': rank 10 gathers 4 elements from each, rank 8 sends 8: gloo aborts rank 10;
-    'queued': after three all-reduces, rank 7 starts two more without waiting (as NCCL's enqueueing does)
-    and rank 8 one; rank 9 starts none, so none completes: rank 8 waits in the fourth for rank 9."""
+    'queued': after three all-reduces, rank 9 starts three more without waiting (as NCCL's enqueueing
+    does), rank 7 two, rank 8 one and rank 11 none, so none completes: ranks 7-8 wait for rank 11."""
     groups = _groups(SIDE_GROUPS)
     x = torch.ones(8)
     started = []  # kept until the process ends
@@ -430,7 +432,7 @@ def sides(rank: int, world_size: int) -> None:
     if rank in SIDE_GROUPS["queued"]:
         for _ in range(3):
             dist.all_reduce(x, group=groups["queued"])
-        started += [dist.all_reduce(x, group=groups["queued"], async_op=True) for _ in range(9 - rank)]
+        started += [dist.all_reduce(x, group=groups["queued"], async_op=True) for _ in range(QUEUED[rank])]
     _park()
     del started
 
@@ -464,7 +466,7 @@ JOBS = {"healthy": (healthy, 2, PICKLE), "desyncs": (desyncs, 8, PICKLE),
         "mismatches": (mismatches, 8, JSON), "stalls": (stalls, 8, PICKLE_WITHOUT_STACKS),
         "splits": (splits, 5, PICKLE_WITHOUT_STACKS), "orders": (orders, 12, PICKLE_WITHOUT_STACKS),
         "variants": (variants, 11, PICKLE_WITHOUT_STACKS), "holds": (holds, 5, PICKLE_WITHOUT_STACKS),
-        "unreachable": (unreachable, 6, PICKLE_WITHOUT_STACKS), "sides": (sides, 11, PICKLE_WITHOUT_STACKS),
+        "unreachable": (unreachable, 6, PICKLE_WITHOUT_STACKS), "sides": (sides, 12, PICKLE_WITHOUT_STACKS),
         "call_sites": (call_sites, 5, PICKLE)}
 
 

@@ -195,12 +195,14 @@ def test_a_behind_rank_still_in_a_collective_others_completed_is_told_apart_from
 
 def test_two_minorities_are_each_named_with_what_they_issued_and_a_skip_is_read_from_the_next_one():
     verdict = verdict_of("sides")  # rank 10 was aborted by gloo (no dump): 'gathers' keeps ranks 7-8
+    assert (verdict.world_size, verdict.missing) == (12, (10,))
     assert findings(verdict) == [
         (classes.MISMATCH, "1:three", (0, 4, 5), classes.DIFFERENT_COLLECTIVE, 1, ""),
         (classes.MISMATCH, "2:next", (9,), classes.SKIPPED, 1, ""),
         (classes.MISMATCH, "3:gathers", (7, 8), classes.DIFFERENT_SIZE, 1, ""),
-        (classes.BEHIND, "4:queued", (8, 9), "", 5, "")]
-    three, following, gathers, queued = verdict.findings
+        (classes.BEHIND, "4:queued", (7, 8, 11), "", 6, ""),
+        (classes.MISSING, "0", (10,), "", None, "")]  # no group's entries name rank 10: the job's finding
+    three, following, gathers, queued, _ = verdict.findings
     # rank 0, the lowest culprit, all-gathers: the detail is its difference, and each side is named
     assert three.reading == (
         "different collective at #1 of group 1:three: rank 0 all_gather [8 -> 6x8] Float; ranks 4-5 "
@@ -213,17 +215,20 @@ def test_two_minorities_are_each_named_with_what_they_issued_and_a_skip_is_read_
         "rank 9 skipped a collective at #1 of group 2:next: its #1 is the one ranks 6-8 issue next")
     queued_in = "in flight in group 4:queued"
     assert groups(verdict)["next"][4] == [((6,), 2, "all_reduce", ""), ((7, 8), 1, "all_reduce", queued_in),
-                                          ((9,), 1, "all_reduce", "")]
+                                          ((9,), 1, "all_reduce", queued_in)]
     # a gather's members agree on what they send (the root's output is its own): 4 elements against 8
     assert [(ranks, side.sizes) for ranks, side in gathers.sides] == [((7,), "4 -> -"), ((8,), "8 -> -")]
-    # rank 7 started two all-reduces past the third, rank 8 one, rank 9 none: nobody completed the fourth,
-    # so rank 8 waits in it (for rank 9), not for the communication
+    # past three good all-reduces rank 9 started three more, rank 7 two, rank 8 one, rank 11 none: nobody
+    # completed the fourth, so ranks 7-8 wait in it (the earliest they are in) for rank 11, not for the link
     assert queued.reading == (
-        "ranks 8-9 never entered #5 all_reduce [8] Float of group 4:queued, which rank 7 entered: rank 8 "
-        "still in #4 all_reduce [8] Float, which no member completed; rank 9 in no collective the recorder "
-        "holds: busy outside communication, or in a send or recv (gloo records none); look at their stacks")
+        "ranks 7-8, 11 never entered #6 all_reduce [8] Float of group 4:queued, which rank 9 entered: ranks "
+        "7-8 still in #4 all_reduce [8] Float, which no member completed; rank 11 in no collective the "
+        "recorder holds: busy outside communication, or in a send or recv (gloo records none); look at their "
+        "stacks")
+    assert groups(verdict)["queued"][4] == [((7,), 5, "all_reduce", ""), ((8,), 4, "all_reduce", ""),
+                                            ((9,), 6, "all_reduce", ""), ((11,), 3, "all_reduce", "")]
     queued_report = next(report for report in verdict.groups if report.desc == "queued")
-    assert [state.last.status for state in queued_report.states] == [WAITING, WAITING, DONE]
+    assert [state.last.status for state in queued_report.states] == [WAITING, WAITING, WAITING, DONE]
 
 
 def test_a_skip_told_by_call_site_is_found_past_behind_ranks_that_do_not_show_one():
