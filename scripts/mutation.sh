@@ -9,9 +9,11 @@
 # mutants: killed, survived, not reached by a fast test, listed as equivalent in
 # tests/equivalent_mutants.yaml; PASS when at least 90% are killed and the rest are listed.
 #
-# One module at a time (mutmut is CPU-heavy): MUTATION_CHILDREN (default 2) tests run at once. Results
-# are kept in mutants/ (git ignores it), so a rerun judges again only what changed; delete mutants/ for
-# a clean start. Exit status: mutation_table.py's (1: a module below its target).
+# One module at a time (mutmut is CPU-heavy): MUTATION_CHILDREN (default 2) tests run at once. Each
+# listed module is judged afresh: mutmut keeps a mutant's result and which tests reach each function in
+# mutants/ (git ignores it) and would not run a new test against a function that did not change, nor a
+# survivor again, so both are cleared first. Exit status: mutation_table.py's (1: a module below its
+# target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -20,7 +22,9 @@ if [ $# -gt 0 ]; then modules=("$@"); else
     mapfile -t modules < <("$PY" -c 'import sys; sys.path.insert(0, "scripts"); import mutation_table
 print("\n".join(mutation_table.listed_modules()))')
 fi
+rm -f mutants/mutmut-stats.json
 for module in "${modules[@]}"; do
+    rm -f "mutants/$module.meta"
     name=${module%.py}; name=${name//\//.}
     echo "== mutmut: $module"
     # mutmut prints a progress line many times a second: keep its last lines only
