@@ -501,22 +501,10 @@ def crawl_broadcast(rank: int, world_size: int) -> None:
     """Three broadcasts of 1 MiB from rank 0, then 'streaming'; rank 1 enters the fourth only once its
     link crawls (the test slows it and says so with a file 'slowed' beside the dumps). Rank 0 hands
     its 1 MiB to its socket (whose buffer takes 4 MiB) and is done with the fourth; rank 1 still waits
-    for it, arriving at the crawl's rate, when both dump."""
-    tensor = torch.ones(2**18)
-    for _ in range(3):
-        dist.broadcast(tensor, src=0)
-    print("streaming", flush=True)
-    if rank == 1:
-        _wait_for(Path(os.environ["COMMBENCH_TEST_SIGNALS"], "slowed"))
-    for _ in range(2):
-        dist.broadcast(tensor, src=0)
-
-
-def crawl_past_one(rank: int, world_size: int) -> None:
-    """crawl_broadcast on three ranks, where rank 2 (on a host whose link stays fast) receives the
-    fourth broadcast and then computes, issuing nothing more, and rank 0 hands the fourth and a fifth
-    to its sockets and goes past: of the two ranks behind rank 0, rank 1 is still in the fourth, which
-    ranks 0 and 2 completed, and rank 2 is in no collective."""
+    for it, arriving at the crawl's rate, when both dump. On three ranks ('crawl_past_one'), rank 2 (on
+    a host whose link stays fast) receives the fourth and then computes, issuing nothing more, while
+    rank 0 goes on to a fifth: of the two ranks behind it, rank 1 is still in the fourth, which ranks 0
+    and 2 completed, and rank 2 is in no collective."""
     tensor = torch.ones(2**18)
     for _ in range(3):
         dist.broadcast(tensor, src=0)
@@ -532,7 +520,7 @@ def crawl_past_one(rank: int, world_size: int) -> None:
 # name -> (the job each rank runs, what happens to host 1's link once all stream, ranks) for run_link:
 # that many test hosts, one rank each
 LINK_JOBS = {"cut_all_reduce": (cut_all_reduce, "cut", 2), "crawl_broadcast": (crawl_broadcast, "crawl", 2),
-             "crawl_past_one": (crawl_past_one, "crawl", 3)}
+             "crawl_past_one": (crawl_broadcast, "crawl", 3)}
 CRAWL = "100kbit"  # 1 MiB takes over a minute at this rate
 
 
