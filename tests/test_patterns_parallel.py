@@ -14,13 +14,12 @@ from commbench.errors import UsageError
 from commbench.patterns.command import PATTERNS
 from commbench.patterns.config import DEFAULT_MOE_MODEL, ParallelConfig, resolve_parallel
 from commbench.patterns.measure import step_dry
-from commbench.patterns.models import load_model, preset_names
+from commbench.patterns.models import ModelSpec, ParamSpec, UnitSpec, load_model, preset_names
 from commbench.patterns.moe import MoeStep, Router, imbalance
 from commbench.patterns.parallel import GroupInfo, Mesh, make_groups
 from commbench.patterns.parallel_run import build_3d, build_moe, build_pp, build_tp
 from commbench.patterns.pp import bubble_fraction, one_f_one_b
 from commbench.patterns.schedule import Label
-from commbench.patterns.sharding import dim0_chunk
 from commbench.patterns.threed import stage_layers, tensor_parallel_shard
 from commbench.patterns.tp import TensorParallel, TpShape, TpStep
 from commbench.patterns.verify import CollectiveChecker
@@ -140,10 +139,25 @@ def test_a_3d_stage_holds_its_share_of_the_layers_and_dp_shards_the_tensor_paral
     assert [stage_layers(layers, 2, stage) for stage in (0, 1)] == [layers[:3], layers[3:]]
     gpt2 = load_model("gpt2-small")
     block = gpt2.units[1]
-    expected = sum(dim0_chunk((-(-p.shape[0] // 2), *p.shape[1:]) if len(p.shape) > 1 else p.shape, 4)
-                   for p in block.params)
-    assert tensor_parallel_shard(gpt2, 2, 4) == expected
+    assert tensor_parallel_shard(gpt2, 2, 4) == _first_chunks(block.params, 2, 4)
     assert tensor_parallel_shard(gpt2, 1, 1) == block.numel
+    # dims that do not divide: the first chunk is the largest (the padded share)
+    odd = UnitSpec("block0", (ParamSpec("w", (7, 5)), ParamSpec("b", (7,)), ParamSpec("v", (3, 2, 2))),
+                   layer=True)
+    model = ModelSpec("odd", (odd,), "test")
+    # 7x5 -> 4x5 -> 2x5; 7 -> 3; 3x2x2 -> 2x2x2 -> 1x2x2
+    assert tensor_parallel_shard(model, 2, 3) == _first_chunks(odd.params, 2, 3) == 10 + 3 + 4
+
+
+def _first_chunks(params, tp: int, dp: int) -> int:
+    """torch's own chunking of shape-only tensors: tensor parallelism keeps a matrix's first of tp dim-0
+    chunks (a vector whole), then FSDP2 keeps the first (largest) of dp dim-0 chunks of that slice."""
+    total = 0
+    for param in params:
+        whole = torch.empty(param.shape, device="meta")
+        sliced = whole.chunk(tp, dim=0)[0] if whole.dim() > 1 else whole
+        total += sliced.chunk(dp, dim=0)[0].numel()
+    return total
 
 
 # --- --check's verdicts -------------------------------------------------------------------------------
