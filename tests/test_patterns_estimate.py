@@ -12,7 +12,6 @@ import torch
 from commbench.core.devices import MemoryBudget
 from commbench.errors import UsageError
 from commbench.patterns.estimate import (
-    BACKEND_COPIES,
     HEARTBEAT_S,
     PROGRESS_EVERY_S,
     StepProgress,
@@ -46,11 +45,16 @@ def test_the_buffers_the_estimate_holds_are_the_ones_the_run_allocates(changes):
 def test_the_backend_s_copies_count_on_cpu_only_and_check_adds_its_reference():
     config = FsdpConfig(model="gpt2-small")
     on_cpu, on_cuda = fsdp_memory(config, 2, "cpu"), fsdp_memory(config, 2, "cuda")
-    full_unit_bytes = dict(on_cpu.held)["a unit's full gradients"]  # float32: the same elements
-    assert on_cpu.total - on_cuda.total == BACKEND_COPIES * full_unit_bytes
+    # the largest unit, gpt2-small's root: token embeddings (50,257 rows padded to 50,258 for 2 ranks),
+    # position embeddings (1,024 rows) and the final norm's two vectors, 768 wide, float32
+    full_unit_bytes = (50_258 + 1_024 + 2) * 768 * 4
+    assert dict(on_cpu.held)["a unit's full gradients"] == full_unit_bytes
+    assert on_cpu.total - on_cuda.total == 3 * full_unit_bytes  # gloo's three flat copies, as measured
     checked = fsdp_memory(FsdpConfig(model="gpt2-small", check=True), 2, "cuda")
-    assert checked.total - on_cuda.total == dict(checked.held)["--check's reference"] + \
-        dict(checked.transient)["--check's expected values"]
+    # the unbucketed reference, one float32 shard; and a block of 2^22 expected values at a time, each
+    # element in three float64 and three float32 temporaries
+    reference = dict(on_cuda.held)["parameter shards"]
+    assert checked.total - on_cuda.total == reference + 2 ** 22 * (3 * 8 + 3 * 4)
 
 
 def test_check_values_made_a_block_at_a_time_are_the_whole_values():

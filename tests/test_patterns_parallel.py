@@ -125,9 +125,12 @@ def test_moe_sizes_follow_the_routers_counts():
         # per layer: the count exchange, dispatch and combine forward; two all-to-alls backward
         assert [label.collective for label in labels[:3]] == ["all_to_all_single", *["all_to_allv"] * 2]
         assert len(labels) == 2 * 5 and labels[0].size_bytes == dims.experts * 8
+        owned = slice(rank * dims.experts // ranks, (rank + 1) * dims.experts // ranks)  # its experts
         for layer in range(2):
-            sent = router.per_rank(router.counts(layer, 0))  # [source][destination] tokens
-            moved = max(tokens * dims.top_k, int(sent[:, rank].sum())) * dims.hidden
+            # a rank sends each of its tokens to top_k experts and receives every rank's tokens for the
+            # experts it holds, counted from the router's draw itself
+            received = int(router.counts(layer, 0)[:, owned].sum())
+            moved = max(tokens * dims.top_k, received) * dims.hidden
             dispatch = [label for label in labels
                         if label.unit == f"block{layer}" and label.collective == "all_to_allv"]
             assert {label.count_per_rank for label in dispatch} == {moved}

@@ -64,8 +64,8 @@ def test_a_batch_asks_for_what_the_width_says_is_missing_within_the_time_left():
     assert next_batch([value * 1e-3 for value in wide], 41, 1000, 10, policy) == 9
     nearly = [1e-4 * value for value in _spread(401, 0.06)]  # 1.2x too wide: 1.44 times the samples
     assert ci95_rel(nearly) == pytest.approx(0.06)
-    wanted = math.ceil(401 * (ci95_rel(nearly) / 0.05) ** 2) - 401
-    assert 101 < wanted < 200 and next_batch(nearly, 401, 10_000, 1, policy) == wanted
+    # (0.06 / 0.05)^2 = 1.44 times 401 samples: 577.44, so 578 in all, 177 more
+    assert next_batch(nearly, 401, 10_000, 1, policy) == 177
     # barely too wide: a quarter of what was taken, not a trickle of batches
     assert next_batch([1e-4 * value for value in _spread(401, 0.0505)], 401, 10_000, 1, policy) == 101
 
