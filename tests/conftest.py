@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch.cuda  # noqa: F401 - see _ProcessGuard
 from hypothesis import HealthCheck, settings
 
 from commbench.core.words import plural
@@ -153,7 +154,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 class _ProcessGuard:
     """Refuses to start a process while a test without the `processes` marker runs (its fixtures too:
-    set before any of them, in the setup hook)."""
+    set before any of them, in the setup hook). torch 2.14's CUDA build runs ldconfig the first time
+    torch.cuda is imported: this module imports it, so no test that touches it first is refused."""
 
     def __init__(self) -> None:
         self.test: str | None = None  # the unmarked test running now, if any
