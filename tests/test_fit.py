@@ -10,6 +10,7 @@ from scipy.optimize import lsq_linear
 
 from commbench.results.fit import ERROR_LIMIT, SeriesFit, describe_fit, fit_hockney, fit_line
 from commbench.results.saved import load_run
+from tests.test_collectives import NCCL_TESTS_FACTORS
 
 SIZES = [2**k for k in range(3, 31)]  # 8 B to 1 GiB
 
@@ -95,9 +96,11 @@ def test_a_run_stores_one_fit_per_series_and_they_match_its_rows(two_runs):
             assert (fit["beta_gbps"] is None) == (beta is None)
             if beta is not None:
                 assert fit["beta_gbps"] == pytest.approx(beta, rel=1e-6)
-                assert fit["beta_bus_gbps"] == pytest.approx(beta * series[0].busbw_factor, rel=1e-6)
+                factor = NCCL_TESTS_FACTORS[fit["collective"]](series[0].world_size)
+                assert fit["beta_bus_gbps"] == pytest.approx(beta * factor, rel=1e-6)
             assert fit["weights"] == "1/t^2" and fit["points"] == len(series)
-            assert fit["peak_algbw_gbps"] == pytest.approx(max(row.algbw_gbps for row in series), rel=1e-6)
+            peak = max(row.size_bytes / row.time_us_p50 / 1e3 for row in series)  # bytes per µs -> GB/s
+            assert fit["peak_algbw_gbps"] == pytest.approx(peak, rel=1e-6)
 
 
 N_HALF = 25e-6 * 180e9  # α·β in bytes: the size whose time is half latency, half bandwidth (4.5 MB)
