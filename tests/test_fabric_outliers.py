@@ -3,6 +3,7 @@ link is named alone, and only once measured again and slow every time (else it i
 an oversubscribed host is named, the verdict states its thresholds, and a soak's spikes are found on the
 pair that had them."""
 
+import math
 import random
 import subprocess
 import sys
@@ -13,12 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commbench.fabric.analysis import analyse, crowded_hosts, run_crowding, suspects_of, usable_cpus_of
-from commbench.fabric.confirm import CONFIRMATIONS, RECHECK, SLOW_IN, ConfirmationPlan, plan_confirmation
+from commbench.fabric.confirm import RECHECK, SLOW_IN, ConfirmationPlan, plan_confirmation
 from commbench.fabric.drift import drift_line, pair_spikes, pass_medians, spike_pair
 from commbench.fabric.matrices import KIND, NodeResult
 from commbench.fabric.outliers import drain_list, find_suspects
 from commbench.measure.robust import BANDWIDTH, LATENCY, slow_mask
 from commbench.results.model import Row
+from tests.test_robust import textbook_spread
 
 
 def _hosts(host_count: int, per_host: int) -> list[str]:
@@ -382,6 +384,11 @@ def test_the_verdict_says_the_rule_as_it_was_applied_with_each_class_s_threshold
     values_rows[0] = _row(values_rows[0].src_rank, values_rows[0].dst_rank, 10.0 / 2.5, 0)  # 2.5x off
     analysis = analyse(values_rows, hostnames, 2.0)
     (bandwidth,) = [part for part in analysis.judged.classes if part.metric is BANDWIDTH]
+    # the rule written out: the median and 1.4826 x the median absolute deviation of the logs (test_robust's
+    # textbook), slow beyond max(4 of those, ln 2) in log units
+    median, sigma = textbook_spread([row.algbw_gbps for row in values_rows])
+    assert bandwidth.median == pytest.approx(median)
+    assert bandwidth.threshold == pytest.approx(math.exp(max(4 * sigma, math.log(2))))
     assert bandwidth.threshold > 2.5  # so the pair 2.5x off is no outlier: the verdict must not say 2x
     assert analysis.suspects == [] and not analysis.slow
     lines = analysis.verdict_lines()
@@ -393,7 +400,7 @@ def test_the_verdict_says_the_rule_as_it_was_applied_with_each_class_s_threshold
     rule = analysis.to_dict()["rule"]
     assert {"metric": "bandwidth", "class": "intra-node", "median": bandwidth.median,
             "factor": bandwidth.threshold} in rule["thresholds"]
-    assert (rule["slow_in"], rule["confirmations"]) == (SLOW_IN, CONFIRMATIONS)
+    assert (rule["slow_in"], rule["confirmations"]) == (3, 3)  # docs/clusters.md#confirmation
 
 
 def test_an_oversubscribed_host_is_said_first_and_nothing_on_it_is_named():
