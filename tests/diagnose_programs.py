@@ -490,6 +490,23 @@ def cut_all_reduce(rank: int, world_size: int) -> None:
     dist.all_reduce(tensor)
 
 
+def cut_queued(rank: int, world_size: int) -> None:
+    """cut_all_reduce where rank 0 starts the fourth all-reduce and a fifth without waiting for either
+    (as NCCL queues collectives on its stream) and then issues nothing, while rank 1 enters the fourth
+    once its link is down: nobody completes the fourth, and rank 0 left it in flight to go past it."""
+    tensor, spare = torch.ones(2**20), torch.ones(2**20)
+    for _ in range(3):
+        dist.all_reduce(tensor)
+    print("streaming", flush=True)
+    if rank == 1:
+        _wait_for_the_cut()
+        dist.all_reduce(tensor)
+        return
+    dist.all_reduce(tensor, async_op=True)
+    dist.all_reduce(spare, async_op=True)
+    _park()
+
+
 def _wait_for(path: Path) -> None:
     """Until ``path`` exists: the test's sign that it changed this host's link (at most a minute)."""
     deadline = time.monotonic() + 60
@@ -520,7 +537,7 @@ def crawl_broadcast(rank: int, world_size: int) -> None:
 # name -> (the job each rank runs, what happens to host 1's link once all stream, ranks) for run_link:
 # that many test hosts, one rank each
 LINK_JOBS = {"cut_all_reduce": (cut_all_reduce, "cut", 2), "crawl_broadcast": (crawl_broadcast, "crawl", 2),
-             "crawl_past_one": (crawl_broadcast, "crawl", 3)}
+             "crawl_past_one": (crawl_broadcast, "crawl", 3), "cut_queued": (cut_queued, "cut", 2)}
 CRAWL = "100kbit"  # 1 MiB takes over a minute at this rate
 
 

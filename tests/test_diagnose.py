@@ -279,6 +279,19 @@ def test_a_crawling_receiver_beside_a_rank_that_went_idle_is_told_apart(netns_av
     assert "which ranks 0, 2 completed" in finding.reading
 
 
+def test_a_cut_under_collectives_left_in_flight_is_not_told_as_completed(netns_available, tmp_path):
+    # two hosts all-reduce; rank 0 starts the fourth and a fifth without waiting (as NCCL queues them),
+    # and host 1's link goes down before rank 1 enters the fourth: nobody completed it
+    assert programs.run_link("cut_queued", tmp_path) == [0, 0]
+    verdict = diagnose_files([str(tmp_path)])
+    assert verdict.missing == () and len(verdict.findings) == 1
+    finding = verdict.findings[0]
+    assert (finding.kind, finding.group, finding.culprits, finding.seq) == (
+        classes.COMMUNICATION, "0:default_pg", (1,), 4)
+    assert "rank 1 still in #4 all_reduce" in finding.reading
+    assert "which rank 0 left in flight and went past" in finding.reading
+
+
 # --- what NCCL's dumps hold and gloo's do not: real dumps, edited as NCCL writes them --------------
 # (these tests run gloo on CPU: NCCL's dumps cannot be made here)
 

@@ -171,6 +171,21 @@ def test_a_receiver_on_a_crawling_link_is_the_communication_at_that_receiver():
         "them (commbench fabric)")
 
 
+def test_a_collective_the_others_left_in_flight_is_not_said_to_be_completed():
+    # rank 0 started the fourth all-reduce and a fifth without waiting; host 1's link went down before
+    # rank 1 entered the fourth: nobody completed it, so rank 0 is not said to have
+    verdict = verdict_of("cut_queued")
+    assert (verdict.ranks, verdict.world_size, verdict.missing) == ((0, 1), 2, ())
+    assert findings(verdict) == [(classes.COMMUNICATION, "0:default_pg", (1,), "", 4, "")]
+    assert groups(verdict) == {
+        "default_pg": ((0, 1), False, 0, (5, "all_reduce"), [((0,), 5, "all_reduce", ""),
+                                                            ((1,), 4, "all_reduce", "")])}
+    assert verdict.findings[0].reading == (
+        "rank 1 still in #4 all_reduce [1048576] Float of group 0:default_pg, which rank 0 left in flight "
+        "and went past: what they needed of it never arrived: the communication itself; look at the "
+        "fabric between them (commbench fabric)")
+
+
 def test_a_behind_rank_still_in_a_collective_others_completed_is_told_apart_from_one_in_none():
     # rank 1's link crawls in the fourth broadcast, which ranks 0 and 2 completed; rank 2 then computes
     # and rank 0 goes on to a fifth: two of three are behind, but rank 1 did not stop by choice, so

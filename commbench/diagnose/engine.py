@@ -357,15 +357,29 @@ class _Judge:
         return position is not None and bool(self.context.tracks.done[rank][position])
 
     def _stuck_inside(self, inside: list[int], ahead: list[int]) -> Finding:
-        """Members still in a collective the others completed and went past: what they needed of it
-        never arrived."""
-        seq = min(self.last[rank] for rank in inside)
-        stuck = self.operation_at(inside[0], seq)
+        """Members still in a collective the others went past, completed or left in flight (NCCL, and
+        async ops, start the next before the last completes): every member entered it, so what they
+        needed of it never arrived."""
+        first = self._earliest(inside)
+        seq = self.last[first]
+        # left in flight where its entry says so; a rank whose recorder dropped the entry went past it
+        left = [rank for rank in ahead if self.at(rank, seq) is not None and not self.done_at(rank, seq)]
+        completed = [rank for rank in ahead if rank not in left]
+        went = []
+        if completed:
+            went.append(f"{ranks_text(completed)} completed")
+        if left:
+            went.append(f"{ranks_text(left)} left in flight")
+        stuck = self.operation_at(first, seq)
         return Finding(classes.COMMUNICATION, self.label, tuple(inside),
                        f"{ranks_text(inside)} still in {stuck.describe()} of group {self.label}, which "
-                       f"{ranks_text(ahead)} completed and went past{self.context.host(inside)}: what they "
-                       "needed of it never arrived: the communication itself; look at the fabric between "
-                       "them (commbench fabric)", seq=seq)
+                       f"{' and '.join(went)} and went past{self.context.host(inside)}: what they needed of "
+                       "it never arrived: the communication itself; look at the fabric between them "
+                       "(commbench fabric)", seq=seq)
+
+    def _earliest(self, inside: list[int]) -> int:
+        """Of the members still inside a collective, the one in the earliest."""
+        return min(inside, key=self.last.__getitem__)
 
     def _skipped_by_call_site(self, behind: list[int], ahead: list[int]) -> Finding | None:
         """A behind rank whose last collective was issued from another line than the others' collective
@@ -419,7 +433,7 @@ class _Judge:
         """Members still in an earlier collective of this group: the communication where other members
         completed it; where none did (NCCL enqueues the next before the last completes), they wait in it,
         for members that never entered it among others."""
-        first = min(inside, key=self.last.__getitem__)
+        first = self._earliest(inside)
         seq = self.last[first]
         where = f"{ranks_text(inside)} still in {self.operation_at(first, seq).describe()}"
         completed = [rank for rank in self.present if self.done_at(rank, seq)]
