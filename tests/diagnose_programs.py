@@ -478,33 +478,23 @@ def _wait_for_the_cut() -> None:
         time.sleep(0.02)
 
 
-def cut_all_reduce(rank: int, world_size: int) -> None:
+def cut_all_reduce(rank: int, world_size: int, queued: bool = False) -> None:
     """Three all-reduces of 4 MiB, then 'streaming'; rank 1 enters the fourth only once its link is
-    down. Both ranks are in it, and neither can complete it: each needs the other's data."""
+    down. Both ranks are in it, and neither can complete it: each needs the other's data. ``queued``
+    ('cut_queued'): rank 0 starts the fourth and a fifth without waiting for either (as NCCL queues
+    collectives on its stream) and then issues nothing: nobody completes the fourth, and rank 0 left it
+    in flight to go past it."""
     tensor = torch.ones(2**20)
     for _ in range(3):
         dist.all_reduce(tensor)
     print("streaming", flush=True)
     if rank == 1:
         _wait_for_the_cut()
+    elif queued:
+        dist.all_reduce(tensor, async_op=True)
+        dist.all_reduce(torch.ones(2**20), async_op=True)
+        _park()
     dist.all_reduce(tensor)
-
-
-def cut_queued(rank: int, world_size: int) -> None:
-    """cut_all_reduce where rank 0 starts the fourth all-reduce and a fifth without waiting for either
-    (as NCCL queues collectives on its stream) and then issues nothing, while rank 1 enters the fourth
-    once its link is down: nobody completes the fourth, and rank 0 left it in flight to go past it."""
-    tensor, spare = torch.ones(2**20), torch.ones(2**20)
-    for _ in range(3):
-        dist.all_reduce(tensor)
-    print("streaming", flush=True)
-    if rank == 1:
-        _wait_for_the_cut()
-        dist.all_reduce(tensor)
-        return
-    dist.all_reduce(tensor, async_op=True)
-    dist.all_reduce(spare, async_op=True)
-    _park()
 
 
 def _wait_for(path: Path) -> None:
@@ -537,7 +527,8 @@ def crawl_broadcast(rank: int, world_size: int) -> None:
 # name -> (the job each rank runs, what happens to host 1's link once all stream, ranks) for run_link:
 # that many test hosts, one rank each
 LINK_JOBS = {"cut_all_reduce": (cut_all_reduce, "cut", 2), "crawl_broadcast": (crawl_broadcast, "crawl", 2),
-             "crawl_past_one": (crawl_broadcast, "crawl", 3), "cut_queued": (cut_queued, "cut", 2)}
+             "crawl_past_one": (crawl_broadcast, "crawl", 3),
+             "cut_queued": (lambda rank, world_size: cut_all_reduce(rank, world_size, queued=True), "cut", 2)}
 CRAWL = "100kbit"  # 1 MiB takes over a minute at this rate
 
 
