@@ -8,21 +8,14 @@ tests of the same rules on real runs are in tests/test_compare.py."""
 
 import numpy as np
 import pytest
-from scipy.stats import ttest_ind
 
 from commbench.analysis.compare import compare_runs
 from commbench.analysis.gate import compare_command, slowdowns
 from commbench.errors import UsageError
 from tests.gate_helpers import saved_run, side, write_run
+from tests.test_gate_statistics import welch_p_beyond
 
 RNG_SEED = 5
-
-
-def _welch_beyond(base, new, line: float) -> float:
-    """The one-sided p-value that new is slower than base by more than ``line``: Welch's t-test on the
-    passes' log times (scipy's), new shifted down by the line."""
-    return float(ttest_ind(np.log(new) - np.log(line), np.log(base), equal_var=False,
-                           alternative="greater").pvalue)
 
 
 def _passes(points: int, passes: int, spread: float, factor: float = 1.0, seed: int = RNG_SEED) -> np.ndarray:
@@ -112,7 +105,7 @@ def test_a_single_slow_point_among_many_is_adjusted_for_the_many(tmp_path, capsy
     new[7] = [1015.0, 1160.0, 1305.0]
     alone = compare_runs(saved_run(side(base[7:8])), saved_run(side(new[7:8])))
     assert [each.collective for each in slowdowns(alone, 10.0)] == [False]
-    assert 0.05 / 40 < _welch_beyond(base[7], new[7], 1.1) <= 0.05
+    assert 0.05 / 40 < welch_p_beyond(base[7], new[7], 1.1) <= 0.05
     status, out, _ = _gate(tmp_path, side(base), side(new), capsys)
     assert status == 0 and "passed" in out
 
@@ -188,7 +181,7 @@ def test_the_significance_level_is_the_false_discovery_rate_the_gate_uses(tmp_pa
     """A point whose p-value beyond the line lies between 0.01 and 0.05 fails at 0.05 and not at 0.01."""
     base = np.array([[700.0, 800.0, 900.0]])
     new = np.array([[1015.0, 1160.0, 1305.0]])
-    assert 0.01 < _welch_beyond(base[0], new[0], 1.1) <= 0.05
+    assert 0.01 < welch_p_beyond(base[0], new[0], 1.1) <= 0.05
     assert _gate(tmp_path, side(base), side(new), capsys, level=0.05)[0] == 1
     assert _gate(tmp_path, side(base), side(new), capsys, level=0.01)[0] == 0
 
