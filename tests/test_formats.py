@@ -37,6 +37,7 @@ def test_nccl_tests_layout_matches_the_saved_rows(two_runs):
     assert headers and headers[0].split()[1:10] == ["size", "count", "type", "redop", "root", "time", "algbw",
                                                     "busbw", "#wrong"]
     by_key = {(r["collective"], r["size_bytes"], r["mode"]): r for r in rows}
+    nccl_type = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}  # nccl-tests' names
     # One line per (collective, size): 5 fixed columns, then time/algbw/busbw/#wrong per mode measured.
     collectives = [r["collective"] for r in rows if r["mode"] == "sync"]
     assert len(lines) == len(collectives)
@@ -45,7 +46,6 @@ def test_nccl_tests_layout_matches_the_saved_rows(two_runs):
         modes = ["sync", "async"] if len(line) == 13 else ["sync"]
         assert len(line) == 5 + 4 * len(modes)
         first = by_key[(collective, int(size), "sync")]
-        nccl_type = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}  # nccl-tests' names
         assert int(count) == first["count_per_rank"] and dtype == nccl_type[first["dtype"]]
         assert redop == ("sum" if first["op"] == "sum" else "none")
         assert int(root) == first["root"]
